@@ -1,0 +1,121 @@
+#include <lite_predictor/cli_options.h>
+
+#include <cstdlib>
+#include <limits>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+double parse_non_negative_double(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(value >= 0) || value == std::numeric_limits<double>::infinity()) {
+    throw UsageError(flag + " expects a non-negative number, got '" + text + "'");
+  }
+  return value;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int minimum) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < minimum || value > 1000000000L) {
+    throw UsageError(flag + " expects an integer >= " + std::to_string(minimum) + ", got '" + text + "'");
+  }
+  return static_cast<int>(value);
+}
+
+} // namespace
+
+std::string usage_text() {
+  return R"(usage: lite_predictor MODEL.ptl [options]
+
+Runs a model saved for the PyTorch lite interpreter. With static dispatch (the default in a
+lightweight-dispatch build) every operator call is bound to a generated kernel that calls the CPU
+kernel directly; an operator the build lacks is an error at load, never a silent fallback.
+
+options:
+  --input F          inputs: a torch.save'd list of tensors (default: MODEL.inputs.pt beside the model)
+  --expected F       reference outputs to compare with (default: MODEL.expected.pt beside the model, if any)
+  --atol A           absolute tolerance for the comparison (default 1e-5)
+  --rtol R           relative tolerance for the comparison (default 1e-5)
+  --iters N          timed runs after warm-up (default 10)
+  --warmup N         untimed runs after the first (default 1)
+  --threads T        intra-op threads (default: LibTorch's choice)
+  --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
+  --save-outputs F   write the outputs as a torch.save'd list of tensors
+  --json             print one JSON object on stdout instead of the readable summary
+  -h, --help         show this help
+
+exit codes: 0 ok (outputs match, or nothing to compare), 1 outputs differ, 2 usage error,
+            3 cannot load the model, 4 an operator is not in this build, 5 bad inputs or reference file,
+            6 the model failed while running
+)";
+}
+
+Options parse_options(const std::vector<std::string>& args, bool static_dispatch_available) {
+  Options options;
+  options.dispatch = static_dispatch_available ? DispatchMode::Static : DispatchMode::Dynamic;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) {
+        throw UsageError(arg + " expects a value");
+      }
+      return args[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      options.help = true;
+    } else if (arg == "--input") {
+      options.input_path = value();
+    } else if (arg == "--expected") {
+      options.expected_path = value();
+    } else if (arg == "--save-outputs") {
+      options.save_outputs_path = value();
+    } else if (arg == "--atol") {
+      options.atol = parse_non_negative_double(arg, value());
+    } else if (arg == "--rtol") {
+      options.rtol = parse_non_negative_double(arg, value());
+    } else if (arg == "--iters") {
+      options.iters = parse_int(arg, value(), 1);
+    } else if (arg == "--warmup") {
+      options.warmup = parse_int(arg, value(), 0);
+    } else if (arg == "--threads") {
+      options.threads = parse_int(arg, value(), 1);
+    } else if (arg == "--dispatch") {
+      const std::string& mode = value();
+      if (mode == "static") {
+        if (!static_dispatch_available) {
+          throw UsageError(
+              "--dispatch static: this lite_predictor was built with USE_LIGHTWEIGHT_DISPATCH=OFF and has no "
+              "generated kernels");
+        }
+        options.dispatch = DispatchMode::Static;
+      } else if (mode == "dynamic") {
+        options.dispatch = DispatchMode::Dynamic;
+      } else {
+        throw UsageError("--dispatch expects 'static' or 'dynamic', got '" + mode + "'");
+      }
+    } else if (arg == "--json") {
+      options.json = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UsageError("unknown option '" + arg + "'");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (options.help) {
+    return options;
+  }
+  if (positional.size() != 1) {
+    throw UsageError(
+        positional.empty() ? "missing the model file (MODEL.ptl)"
+                           : "expected one model file, got " + std::to_string(positional.size()));
+  }
+  options.model_path = positional[0];
+  return options;
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,38 @@
+// lite_predictor's command line.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+enum class DispatchMode { Static, Dynamic };
+
+struct Options {
+  std::string model_path;
+  std::optional<std::string> input_path;
+  std::optional<std::string> expected_path;
+  std::optional<std::string> save_outputs_path;
+  double atol = 1e-5;
+  double rtol = 1e-5;
+  int iters = 10;
+  int warmup = 1;
+  int threads = 0; // 0: leave LibTorch's default
+  DispatchMode dispatch = DispatchMode::Static;
+  bool json = false;
+  bool help = false;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv; throws UsageError with a message naming the bad flag or value.
+Options parse_options(const std::vector<std::string>& args, bool static_dispatch_available);
+
+std::string usage_text();
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,23 @@
+// The table of generated kernels a lightweight-dispatch build carries: one row per operator.
+#pragma once
+
+#include <ATen/core/stack.h>
+#include <c10/util/ArrayRef.h>
+
+namespace lightweight_dispatch {
+
+// One generated unboxing function: it expects every schema argument on the stack (defaults filled
+// in by the binder), calls the operator's per-backend kernel, and leaves the results in their place.
+struct GeneratedKernel {
+  const char* op_name; // "aten::add.Tensor"
+  const char* schema;  // the JIT schema; its default values fill arguments a call site omits
+  void (*unboxed)(torch::jit::Stack& stack);
+};
+
+// Defined by the generated KernelTable.cpp, or empty in a build without lightweight dispatch.
+c10::ArrayRef<GeneratedKernel> generated_kernels();
+
+// Whether this binary was built with USE_LIGHTWEIGHT_DISPATCH=ON (a table exists, even if empty).
+bool lightweight_dispatch_built();
+
+} // namespace lightweight_dispatch

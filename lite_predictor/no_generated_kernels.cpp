@@ -1,0 +1,14 @@
+// USE_LIGHTWEIGHT_DISPATCH=OFF: the stock lite interpreter only, no generated kernels.
+#include <lite_predictor/kernel_table.h>
+
+namespace lightweight_dispatch {
+
+c10::ArrayRef<GeneratedKernel> generated_kernels() {
+  return {};
+}
+
+bool lightweight_dispatch_built() {
+  return false;
+}
+
+} // namespace lightweight_dispatch

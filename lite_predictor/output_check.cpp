@@ -1,0 +1,59 @@
+#include <lite_predictor/output_check.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.scalar_type() << t.sizes();
+  return out.str();
+}
+
+} // namespace
+
+Comparison compare_outputs(
+    const std::vector<at::Tensor>& actual,
+    const std::vector<at::Tensor>& expected,
+    double atol,
+    double rtol) {
+  Comparison result;
+  if (actual.size() != expected.size()) {
+    result.mismatch = "the model returned " + std::to_string(actual.size()) + " tensor(s), the reference has " +
+        std::to_string(expected.size());
+    return result;
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const at::Tensor& a = actual[i];
+    const at::Tensor& e = expected[i];
+    if (a.scalar_type() != e.scalar_type() || a.sizes() != e.sizes()) {
+      result.mismatch = "output " + std::to_string(i) + " is " + describe(a) + ", the reference is " + describe(e);
+      return result;
+    }
+    if (a.numel() == 0) {
+      continue;
+    }
+    const at::Tensor a64 = a.to(at::kDouble);
+    const at::Tensor e64 = e.to(at::kDouble);
+    const at::Tensor diff = (a64 - e64).abs();
+    const bool nan_agree = at::equal(a64.isnan(), e64.isnan());
+    const at::Tensor finite_diff = at::where(a64.isnan() & e64.isnan(), at::zeros_like(diff), diff);
+    result.max_abs_diff = std::max(result.max_abs_diff, finite_diff.max().item<double>());
+    const bool close = (finite_diff <= atol + rtol * e64.abs()).all().item<bool>();
+    if ((!close || !nan_agree) && result.mismatch.empty()) {
+      std::ostringstream out;
+      out << "output " << i << " differs: max |actual - expected| = " << finite_diff.max().item<double>()
+          << " (atol " << atol << ", rtol " << rtol << ")";
+      result.mismatch = out.str();
+    }
+  }
+  result.match = result.mismatch.empty();
+  return result;
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,100 @@
+#include <lite_predictor/run_report.h>
+
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+std::string json_string(const std::string& text) {
+  std::ostringstream out;
+  out << '"';
+  for (const unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out << "\\\"";
+        break;
+      case '\\':
+        out << "\\\\";
+        break;
+      case '\n':
+        out << "\\n";
+        break;
+      case '\t':
+        out << "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out << "\\u" << std::hex << std::setw(4) << std::setfill('0') << static_cast<int>(c) << std::dec;
+        } else {
+          out << c;
+        }
+    }
+  }
+  out << '"';
+  return out.str();
+}
+
+std::map<std::string, int> count_by_path(const std::vector<OpUse>& ops) {
+  std::map<std::string, int> counts;
+  for (const auto& op : ops) {
+    counts[op_path_name(op.path)] += 1;
+  }
+  return counts;
+}
+
+} // namespace
+
+void print_text(std::ostream& out, const RunReport& report) {
+  out << "model:     " << report.model << "\n";
+  out << "dispatch:  " << report.dispatch << "\n";
+  out << "operators: " << report.ops.size();
+  const char* separator = " (";
+  for (const auto& [path, count] : count_by_path(report.ops)) {
+    out << separator << count << " " << path;
+    separator = ", ";
+  }
+  out << (report.ops.empty() ? "" : ")") << "\n";
+  for (const auto& op : report.ops) {
+    out << "  " << std::left << std::setw(12) << op_path_name(op.path) << op.name << "\n";
+  }
+  out << "inputs:    " << report.input_source << "\n";
+  out << std::fixed << std::setprecision(3);
+  out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms, median "
+      << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs";
+  if (report.threads > 0) {
+    out << ", " << report.threads << " thread(s)";
+  }
+  out << "\n";
+  out << std::defaultfloat;
+  if (!report.outputs_match.has_value()) {
+    out << "outputs:   " << report.num_outputs << " tensor(s), no reference to compare with\n";
+  } else if (*report.outputs_match) {
+    out << "result:    MATCH: " << report.num_outputs << " output tensor(s) equal " << *report.expected_source
+        << " (max abs diff " << report.max_abs_diff << ")\n";
+  } else {
+    out << "result:    MISMATCH against " << *report.expected_source << ": " << report.mismatch << "\n";
+  }
+}
+
+void print_json(std::ostream& out, const RunReport& report) {
+  out << std::setprecision(17);
+  out << "{\"model\": " << json_string(report.model) << ", \"dispatch\": " << json_string(report.dispatch)
+      << ", \"ops\": [";
+  for (size_t i = 0; i < report.ops.size(); ++i) {
+    out << (i ? ", " : "") << "{\"name\": " << json_string(report.ops[i].name)
+        << ", \"path\": " << json_string(op_path_name(report.ops[i].path)) << "}";
+  }
+  out << "], \"inputs\": " << json_string(report.input_source) << ", \"expected\": "
+      << (report.expected_source ? json_string(*report.expected_source) : "null") << ", \"outputs_match\": "
+      << (report.outputs_match ? (*report.outputs_match ? "true" : "false") : "null")
+      << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)
+      << ", \"num_outputs\": " << report.num_outputs << ", \"load_ms\": " << report.load_ms
+      << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
+      << ", \"min_ms\": " << report.min_ms << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads
+      << "}\n";
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,34 @@
+// What one lite_predictor run found, printed for people or as JSON.
+#pragma once
+
+#include <lite_predictor/op_binding.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+struct RunReport {
+  std::string model;
+  std::string dispatch; // "static" or "dynamic"
+  std::vector<OpUse> ops;
+  std::string input_source;
+  std::optional<std::string> expected_source;
+  std::optional<bool> outputs_match; // unset when there is nothing to compare with
+  double max_abs_diff = 0.0;
+  std::string mismatch;
+  size_t num_outputs = 0;
+  double load_ms = 0.0;
+  double first_run_ms = 0.0;
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  int iters = 0;
+  int threads = 0;
+};
+
+void print_text(std::ostream& out, const RunReport& report);
+void print_json(std::ostream& out, const RunReport& report);
+
+} // namespace lightweight_dispatch

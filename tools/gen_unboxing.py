@@ -1,0 +1,171 @@
+"""Generate statically dispatched unboxing functions for the selected operators.
+
+    python -m tools.gen_unboxing --op-selection-yaml-path lightweight_dispatch_ops.yaml --install-dir build/generated
+    python -m tools.gen_unboxing --all-ops --install-dir build/generated_all
+
+Writes UnboxingShard_<i>.cpp (the unboxing functions, split so that a one-op change recompiles one
+shard), KernelTable.cpp (the table lite_predictor binds from) and codegen_report.json. A file whose
+content did not change is not rewritten.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.cpp_types import UnsupportedType
+from tools.emit_unboxing import GeneratedKernel, emit_generated_kernel, emit_kernel_table, emit_shard, shard_of
+from tools.file_writer import write_if_changed
+from tools.jit_ops import jit_operator_names
+from tools.native_ops import NativeCatalog, NativeOp, load_native_catalog
+from tools.selection import OpSelectionError, load_op_selection
+
+DEFAULT_NUM_SHARDS = 4
+
+
+class GenerationError(Exception):
+    """The selection cannot be generated; the message names each offending op and why."""
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    kernels: tuple[GeneratedKernel, ...]
+    unsupported: tuple[tuple[str, str], ...]  # (op name, reason)
+    jit_native: tuple[str, ...]  # selected ops that keep the interpreter's own implementation
+
+
+def generate_kernel(op: NativeOp) -> GeneratedKernel:
+    if op.kernel is None:
+        raise UnsupportedType(op.unsupported_reason or "unsupported")
+    return emit_generated_kernel(op.name, op.schema, op.function, op.kernel)
+
+
+def generate_for_names(catalog: NativeCatalog, names: list[str], jit_ops: frozenset[str]) -> GenerationResult:
+    """Generate every selected native op. Non-native ops must be JIT-native; anything else is an error."""
+    kernels: list[GeneratedKernel] = []
+    unsupported: list[tuple[str, str]] = []
+    jit_native: list[str] = []
+    unknown: list[str] = []
+    for name in sorted(names):
+        if name in catalog:
+            try:
+                kernels.append(generate_kernel(catalog[name]))
+            except UnsupportedType as error:
+                unsupported.append((name, str(error)))
+        elif name in jit_ops:
+            jit_native.append(name)
+        else:
+            unknown.append(name)
+    if unknown:
+        raise GenerationError(
+            "operators that are neither native functions of the installed torch nor JIT-native operators: "
+            + ", ".join(unknown)
+        )
+    return GenerationResult(tuple(kernels), tuple(unsupported), tuple(jit_native))
+
+
+def generate_all(catalog: NativeCatalog) -> GenerationResult:
+    kernels: list[GeneratedKernel] = []
+    unsupported: list[tuple[str, str]] = []
+    for name in sorted(catalog.ops):
+        try:
+            kernels.append(generate_kernel(catalog[name]))
+        except UnsupportedType as error:
+            unsupported.append((name, str(error)))
+    return GenerationResult(tuple(kernels), tuple(unsupported), ())
+
+
+def render_outputs(result: GenerationResult, num_shards: int, source: str) -> dict[str, str]:
+    """File name -> content for everything the generator writes except the report."""
+    shards: list[list[GeneratedKernel]] = [[] for _ in range(num_shards)]
+    for kernel in result.kernels:
+        shards[shard_of(kernel.op_name, num_shards)].append(kernel)
+    files = {
+        f"UnboxingShard_{i}.cpp": emit_shard(kernels, i, num_shards, source) for i, kernels in enumerate(shards)
+    }
+    files["KernelTable.cpp"] = emit_kernel_table(list(result.kernels), source)
+    return files
+
+
+def render_report(catalog: NativeCatalog, result: GenerationResult, selected: int | None) -> str:
+    report = {
+        "native_functions_total": len(catalog.ops),
+        "reachable_cpu": catalog.reachable_cpu,
+        "selected": selected,
+        "generated": len(result.kernels),
+        "jit_native": list(result.jit_native),
+        "unsupported": [{"name": n, "reason": r} for n, r in result.unsupported],
+        "kernels_by_dispatch_key": _count_by_key(catalog, result),
+    }
+    return json.dumps(report, indent=2) + "\n"
+
+
+def _count_by_key(catalog: NativeCatalog, result: GenerationResult) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kernel in result.kernels:
+        key = catalog[kernel.op_name].kernel.dispatch_key  # type: ignore[union-attr]
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.gen_unboxing",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--op-selection-yaml-path",
+        type=Path,
+        help="ops yaml (torchgen selective-build format or a plain list) naming the operators to generate",
+    )
+    which.add_argument("--all-ops", action="store_true", help="generate every native function CPU can reach")
+    parser.add_argument("--install-dir", type=Path, required=True, help="directory for the generated files")
+    parser.add_argument(
+        "--num-shards",
+        type=int,
+        default=DEFAULT_NUM_SHARDS,
+        help=f"number of UnboxingShard_<i>.cpp files (default {DEFAULT_NUM_SHARDS}); compiled in parallel",
+    )
+    args = parser.parse_args(argv)
+    if args.num_shards < 1:
+        parser.error("--num-shards must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    catalog = load_native_catalog()
+    try:
+        if args.all_ops:
+            result = generate_all(catalog)
+            source, selected = "native_functions.yaml (all operators)", None
+        else:
+            selection = load_op_selection(args.op_selection_yaml_path)
+            if selection.include_all_operators:
+                result = generate_all(catalog)
+            else:
+                result = generate_for_names(catalog, sorted(selection.names), jit_operator_names())
+            source, selected = args.op_selection_yaml_path.name, len(selection.ops)
+    except (OpSelectionError, GenerationError) as error:
+        print(f"gen_unboxing: error: {error}", file=sys.stderr)
+        return 1
+    if result.unsupported and not args.all_ops:
+        lines = "\n".join(f"  {name}: {reason}" for name, reason in result.unsupported)
+        print(f"gen_unboxing: error: selected operators that cannot be statically dispatched:\n{lines}", file=sys.stderr)
+        return 1
+    files = render_outputs(result, args.num_shards, source)
+    files["codegen_report.json"] = render_report(catalog, result, selected)
+    written = [name for name, content in sorted(files.items()) if write_if_changed(args.install_dir / name, content)]
+    print(
+        f"gen_unboxing: {len(result.kernels)} kernels, {len(result.jit_native)} JIT-native ops kept, "
+        f"{len(result.unsupported)} unsupported; {len(written)} of {len(files)} files rewritten in {args.install_dir}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
