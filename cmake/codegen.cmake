@@ -13,7 +13,9 @@ function(lightweight_dispatch_generate_kernels)
     list(APPEND _sources "${ARG_OUTPUT_DIR}/UnboxingShard_${_i}.cpp")
   endforeach()
   list(APPEND _sources "${ARG_OUTPUT_DIR}/KernelTable.cpp")
-  file(GLOB _generator_sources CONFIGURE_DEPENDS "${_root}/tools/*.py")
+  # Globbed at configure time (a new generator module needs a re-configure); CONFIGURE_DEPENDS would
+  # make every build re-run CMake.
+  file(GLOB _generator_sources "${_root}/tools/*.py")
   if(ARG_ALL_OPS)
     set(_selection --all-ops)
     set(_selection_deps)

@@ -44,7 +44,7 @@ options:
   --warmup N         untimed runs after the first (default 1)
   --threads T        intra-op threads (default: LibTorch's choice)
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
-  --save-outputs F   write the outputs as a torch.save'd list of tensors
+  --save-outputs F   write the outputs for torch.load (a tuple of tensors)
   --json             print one JSON object on stdout instead of the readable summary
   -h, --help         show this help
 

@@ -83,11 +83,10 @@ std::vector<at::Tensor> load_tensor_list(const std::string& path) {
 }
 
 void save_tensor_list(const std::string& path, const std::vector<at::Tensor>& tensors) {
-  c10::List<at::Tensor> list;
-  for (const auto& tensor : tensors) {
-    list.push_back(tensor);
-  }
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(list));
+  // A tuple: the JIT pickler tags lists with JIT-only globals (build_tensorlist, restore_type_tag)
+  // that torch.load's default weights_only mode refuses; a tuple of tensors loads everywhere.
+  std::vector<c10::IValue> elements(tensors.begin(), tensors.end());
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(elements)));
   const std::string tmp_path = path + ".tmp";
   {
     std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);

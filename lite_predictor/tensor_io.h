@@ -18,7 +18,7 @@ class TensorFileError : public std::runtime_error {
 // Reads a file written by Python's `torch.save([t0, t1, ...])` (a tuple or a single tensor also works).
 std::vector<at::Tensor> load_tensor_list(const std::string& path);
 
-// Writes `tensors` so that Python's `torch.load` returns them as a list. Written to a temporary file
+// Writes `tensors` so that Python's `torch.load` returns them (as a tuple; load_tensor_list reads it back). Written to a temporary file
 // and renamed, so a failure leaves any previous file intact.
 void save_tensor_list(const std::string& path, const std::vector<at::Tensor>& tensors);
 

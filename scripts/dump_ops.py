@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from torch.jit.mobile import _export_operator_list, _load_for_lite_interpreter  # noqa: E402
 
 from test_models import ModelSpec, get_model, model_names  # noqa: E402
-from tools.file_writer import write_atomically  # noqa: E402
+from tools.file_writer import write_if_changed  # noqa: E402
 from tools.selection import OpSelection, SelectedOp, render_op_selection  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "lightweight_dispatch_ops.yaml"
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for model in exported:
         save_model_files(model, args.models_dir)
-    write_atomically(args.output, content)
+    write_if_changed(args.output, content)
     print(
         f"dump_ops: {len(selection.ops)} operators from {len(ops_by_source)} source(s) written to {args.output}; "
         f"models in {args.models_dir}"

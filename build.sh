@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ./build.sh         set up .venv, export the test models and dump their ops, generate and build
+#                    lite_predictor into build/, then run MobileNetV2 and print the verdict
+# ./build.sh test    the same setup and build, then the test suite
+# ./build.sh help    this text
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT="$PWD"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+BUILD_DIR="$ROOT/build"
+
+say() { printf '\n==> %s\n' "$*"; }
+
+setup_venv() {
+  if [[ ! -x "$PY" ]]; then
+    say "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  # Reinstall only when requirements.txt changed since the last install.
+  local stamp="$VENV/.requirements.sha256" want
+  want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+  if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    say "installing requirements.txt (torch 2.13.0 CPU, pinned)"
+    "$PY" -m pip install --quiet --disable-pip-version-check -r requirements.txt
+    echo "$want" > "$stamp"
+  fi
+  export PATH="$VENV/bin:$PATH"
+}
+
+dump_ops() {
+  say "exporting test models and dumping their operators"
+  "$PY" scripts/dump_ops.py
+}
+
+build_predictor() {
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    say "configuring $BUILD_DIR (STATIC_DISPATCH_BACKEND=CPU, USE_LIGHTWEIGHT_DISPATCH=ON)"
+    cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DPython3_EXECUTABLE="$PY" \
+      -DSTATIC_DISPATCH_BACKEND=CPU -DUSE_LIGHTWEIGHT_DISPATCH=ON
+  fi
+  say "building lite_predictor"
+  local start=$SECONDS
+  cmake --build "$BUILD_DIR"
+  echo "build took $((SECONDS - start)) s"
+}
+
+run_mobilenet() {
+  say "running MobileNetV2 in lite_predictor (static dispatch) against eager PyTorch's outputs"
+  if "$BUILD_DIR/lite_predictor" "$BUILD_DIR/models/mobilenet_v2.ptl" --atol 1e-5; then
+    echo "MobileNetV2 matched eager PyTorch with static dispatch."
+  else
+    echo "MobileNetV2 did NOT match: see the report above." >&2
+    exit 1
+  fi
+}
+
+case "${1:-}" in
+  "")
+    setup_venv
+    dump_ops
+    build_predictor
+    run_mobilenet
+    ;;
+  test)
+    setup_venv
+    dump_ops
+    build_predictor
+    say "running the test suite"
+    shift
+    "$PY" -m pytest tests "$@"
+    ;;
+  help|-h|--help)
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    ;;
+  *)
+    echo "build.sh: unknown command '$1' (try ./build.sh help)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,29 @@
+"""Shared fixtures: where the repository, the build and the exported models are."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+BUILD_DIR = REPO_ROOT / "build"
+MODELS_DIR = BUILD_DIR / "models"
+PREDICTOR = BUILD_DIR / "lite_predictor"
+
+
+@pytest.fixture(scope="session")
+def predictor() -> Path:
+    if not PREDICTOR.is_file():
+        pytest.fail(f"{PREDICTOR} is missing: run ./build.sh (./build.sh test builds it before testing)")
+    return PREDICTOR
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    if not (MODELS_DIR / "mobilenet_v2.ptl").is_file():
+        pytest.fail(f"{MODELS_DIR} has no exported models: run ./build.sh first")
+    return MODELS_DIR

@@ -1,0 +1,81 @@
+"""lite_predictor's contract at its edges: refusals, usage errors, exit codes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from predictor_runner import lite_module_ops, run_predictor, save_lite_model
+from tools.selection import load_op_selection
+
+OPS_YAML = Path(__file__).resolve().parent.parent / "lightweight_dispatch_ops.yaml"
+
+
+class UsesErf(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.erf(x) + torch.special.expm1(x)
+
+
+def test_op_outside_the_yaml_is_refused_naming_every_missing_op(predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(UsesErf(), tmp_path / "uses_erf.ptl")
+    assert {"aten::erf", "aten::expm1"} <= lite_module_ops(model)
+    assert not {"aten::erf", "aten::expm1"} & load_op_selection(OPS_YAML).names
+    torch.save([torch.ones(3)], tmp_path / "uses_erf.inputs.pt")
+    run = run_predictor(predictor, model)
+    assert run.returncode == 4
+    assert "no generated kernel for 2 operator(s)" in run.stderr
+    assert "aten::erf" in run.stderr and "aten::expm1" in run.stderr
+    assert "dump_ops.py --model-file" in run.stderr
+    assert run.stdout == ""
+
+
+def test_the_same_model_runs_with_dynamic_dispatch(predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(UsesErf(), tmp_path / "uses_erf.ptl")
+    x = torch.linspace(-1, 1, 5)
+    torch.save([x], tmp_path / "in.pt")
+    torch.save([torch.erf(x) + torch.special.expm1(x)], tmp_path / "expected.pt")
+    run = run_predictor(predictor, model, "--dispatch", "dynamic", "--input", tmp_path / "in.pt",
+                        "--expected", tmp_path / "expected.pt")
+    assert run.returncode == 0, run.stderr
+    assert "MATCH" in run.stdout
+
+
+def test_help_explains_the_flags(predictor: Path) -> None:
+    run = run_predictor(predictor, "--help")
+    assert run.returncode == 0
+    for flag in ("--input", "--expected", "--atol", "--rtol", "--iters", "--warmup", "--threads", "--dispatch",
+                 "--save-outputs", "--json"):
+        assert flag in run.stdout
+
+
+def test_unknown_flag_is_a_usage_error(predictor: Path) -> None:
+    run = run_predictor(predictor, "model.ptl", "--fast")
+    assert run.returncode == 2
+    assert "unknown option '--fast'" in run.stderr
+
+
+def test_bad_dispatch_value_is_a_usage_error(predictor: Path) -> None:
+    run = run_predictor(predictor, "model.ptl", "--dispatch", "fastest")
+    assert run.returncode == 2
+    assert "--dispatch expects 'static' or 'dynamic'" in run.stderr
+
+
+def test_missing_model_file_cannot_load(predictor: Path, tmp_path: Path) -> None:
+    run = run_predictor(predictor, tmp_path / "absent.ptl")
+    assert run.returncode == 3
+    assert "no such model file" in run.stderr
+
+
+def test_model_needing_inputs_says_so(predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(UsesErf(), tmp_path / "no_inputs_beside.ptl")
+    run = run_predictor(predictor, model, "--dispatch", "dynamic")
+    assert run.returncode == 5
+    assert "needs inputs: pass --input" in run.stderr
+
+
+def test_mismatching_reference_exits_1(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.pt"
+    torch.save([torch.zeros(1, 1000)], wrong)
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--expected", wrong, "--iters", "1")
+    assert run.returncode == 1
+    assert "MISMATCH" in run.stdout and "output 0 differs" in run.stdout
