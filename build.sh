@@ -2,6 +2,8 @@
 # ./build.sh         set up .venv, export the test models and dump their ops, generate and build
 #                    lite_predictor into build/, then run MobileNetV2 and print the verdict
 # ./build.sh test    the same setup and build, then the test suite
+# ./build.sh all-ops build kernels for every native function CPU can reach (build_all/), report
+#                    compile time and size: proves the generator's coverage compiles and links
 # ./build.sh help    this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -70,8 +72,29 @@ case "${1:-}" in
     shift
     "$PY" -m pytest tests "$@"
     ;;
+  all-ops)
+    setup_venv
+    ALL_DIR="$ROOT/build_all"
+    cmake -G Ninja -S "$ROOT" -B "$ALL_DIR" -DPython3_EXECUTABLE="$PY" -DBUILD_ALL_OPS_KERNELS=ON > /dev/null
+    say "building kernels for every native function CPU can reach"
+    start=$SECONDS
+    cmake --build "$ALL_DIR" --target lite_predictor_all_ops
+    echo "all-ops build took $((SECONDS - start)) s"
+    "$PY" - "$ALL_DIR" <<'PYEOF'
+import json, sys
+from pathlib import Path
+build = Path(sys.argv[1])
+report = json.loads((build / "generated_all_ops" / "codegen_report.json").read_text())
+objects = sorted((build / "CMakeFiles" / "all_ops_kernels.dir" / "generated_all_ops").glob("*.o"))
+size = sum(o.stat().st_size for o in objects)
+print(f"generated {report['generated']} of {report['reachable_cpu']} reachable "
+      f"({report['native_functions_total']} native functions); {len(report['unsupported'])} unsupported")
+print(f"object code: {size / 1e6:.2f} MB in {len(objects)} objects, {size / report['generated']:.0f} bytes per op")
+print(f"lite_predictor_all_ops: {(build / 'lite_predictor_all_ops').stat().st_size / 1e6:.2f} MB")
+PYEOF
+    ;;
   help|-h|--help)
-    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *)
     echo "build.sh: unknown command '$1' (try ./build.sh help)" >&2

@@ -46,6 +46,8 @@ options:
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
   --save-outputs F   write the outputs for torch.load (a tuple of tensors)
   --json             print one JSON object on stdout instead of the readable summary
+  --list-ops         print the operators this build has generated kernels for (with their schemas
+                     when combined with --json) and exit; no model needed
   -h, --help         show this help
 
 exit codes: 0 ok (outputs match, or nothing to compare), 1 outputs differ, 2 usage error,
@@ -98,6 +100,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       } else {
         throw UsageError("--dispatch expects 'static' or 'dynamic', got '" + mode + "'");
       }
+    } else if (arg == "--list-ops") {
+      options.list_ops = true;
     } else if (arg == "--json") {
       options.json = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
@@ -106,7 +110,7 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       positional.push_back(arg);
     }
   }
-  if (options.help) {
+  if (options.help || (options.list_ops && positional.empty())) {
     return options;
   }
   if (positional.size() != 1) {

@@ -23,6 +23,7 @@ struct Options {
   DispatchMode dispatch = DispatchMode::Static;
   bool json = false;
   bool help = false;
+  bool list_ops = false; // print the operators this build has generated kernels for, and exit
 };
 
 class UsageError : public std::runtime_error {

@@ -7,6 +7,7 @@
 #include <lite_predictor/tensor_io.h>
 
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/mobile/import.h>
 #include <torch/csrc/jit/mobile/module.h>
 #include <torch/csrc/jit/mobile/parse_operators.h>
@@ -100,11 +101,27 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
 }
 
 c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs) {
+  // Inference, as a deployed model runs and as the reference outputs were computed (under no_grad):
+  // grad mode also picks fused inference paths in some ops (transformer layers).
+  c10::InferenceMode inference_mode;
   try {
     return module.forward(inputs);
   } catch (const std::exception& e) {
     throw Failure{kRunFailed, "the model failed while running: " + first_line(e.what())};
   }
+}
+
+// The build's operator table. Parsing every schema here also proves each one is valid.
+int list_ops(bool json) {
+  const ld::KernelIndex index(ld::generated_kernels());
+  if (json) {
+    ld::print_op_list_json(std::cout, ld::generated_kernels());
+  } else {
+    for (const auto& kernel : ld::generated_kernels()) {
+      std::cout << kernel.op_name << "\n";
+    }
+  }
+  return kOk;
 }
 
 int run(const ld::Options& options) {
@@ -221,6 +238,9 @@ int main(int argc, char** argv) {
   if (options.help) {
     std::cout << ld::usage_text();
     return kOk;
+  }
+  if (options.list_ops) {
+    return list_ops(options.json);
   }
   try {
     return run(options);

@@ -97,4 +97,13 @@ void print_json(std::ostream& out, const RunReport& report) {
       << "}\n";
 }
 
+void print_op_list_json(std::ostream& out, c10::ArrayRef<GeneratedKernel> kernels) {
+  out << "{\"ops\": [";
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    out << (i ? ", " : "") << "{\"name\": " << json_string(kernels[i].op_name)
+        << ", \"schema\": " << json_string(kernels[i].schema) << "}";
+  }
+  out << "]}\n";
+}
+
 } // namespace lightweight_dispatch

@@ -31,4 +31,7 @@ struct RunReport {
 void print_text(std::ostream& out, const RunReport& report);
 void print_json(std::ostream& out, const RunReport& report);
 
+// {"ops": [{"name": ..., "schema": ...}, ...]}: the operators a build has generated kernels for.
+void print_op_list_json(std::ostream& out, c10::ArrayRef<GeneratedKernel> kernels);
+
 } // namespace lightweight_dispatch

@@ -30,4 +30,17 @@ std::optional<c10::ArrayRef<typename Storage::value_type>> optional_array_ref(
   return c10::ArrayRef<typename Storage::value_type>(*storage);
 }
 
+// `Tensor?[]`: the interpreter may build the list with a generic element type (a TorchScript
+// List[Optional[Tensor]] literal), which IValue::toOptionalTensorList() rejects; convert those.
+inline c10::List<std::optional<at::Tensor>> optional_tensor_list(const c10::IValue& value) {
+  if (value.isOptionalTensorList()) {
+    return value.toOptionalTensorList();
+  }
+  c10::List<std::optional<at::Tensor>> list;
+  for (const c10::IValue& element : value.toListRef()) {
+    list.push_back(element.toOptional<at::Tensor>());
+  }
+  return list;
+}
+
 } // namespace lightweight_dispatch::generated

@@ -6,7 +6,17 @@ from typing import Callable
 
 import torch
 
-from test_models import mobilenet_v2
+from test_models import (
+    arithmetic,
+    indexing,
+    list_ops,
+    mobilenet_v2,
+    out_variants,
+    recurrent,
+    resize_conv,
+    tensor_creation,
+    transformer,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +34,15 @@ MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec("mobilenet_v2", mobilenet_v2.build, mobilenet_v2.example_inputs),
+        # Type coverage: each exercises a family of schema argument and return types end to end.
+        ModelSpec("tensor_creation", tensor_creation.build, tensor_creation.example_inputs),
+        ModelSpec("indexing", indexing.build, indexing.example_inputs),
+        ModelSpec("resize_conv", resize_conv.build, resize_conv.example_inputs),
+        ModelSpec("arithmetic", arithmetic.build, arithmetic.example_inputs),
+        ModelSpec("list_ops", list_ops.build, list_ops.example_inputs),
+        ModelSpec("recurrent", recurrent.build, recurrent.example_inputs),
+        ModelSpec("transformer", transformer.build, transformer.example_inputs),
+        ModelSpec("out_variants", out_variants.build, out_variants.example_inputs),
     )
 }
 

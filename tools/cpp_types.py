@@ -132,7 +132,7 @@ def _unbox_list(name: str, t: ListType, ivalue: str, cpp_param_type: str) -> Unb
         return UnboxedArgument((f"const std::vector<at::Tensor> {name} = {ivalue}.toTensorVector();",), name)
     if isinstance(elem, OptionalType) and _is_base(elem.elem, BaseTy.Tensor):
         return UnboxedArgument(
-            (f"const c10::List<std::optional<at::Tensor>> {name} = {ivalue}.toOptionalTensorList();",), name
+            (f"const c10::List<std::optional<at::Tensor>> {name} = optional_tensor_list({ivalue});",), name
         )
     if _is_base(elem, BaseTy.Scalar):
         return UnboxedArgument(
@@ -167,6 +167,8 @@ _BOXABLE_RETURNS = (
     BaseTy.Layout,
     BaseTy.Device,
     BaseTy.MemoryFormat,
+    BaseTy.SymInt,  # c10::SymInt boxes as an int when it is concrete, as it always is here
+    BaseTy.SymBool,
 )
 
 
