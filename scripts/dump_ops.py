@@ -1,22 +1,26 @@
-"""Export the test models for the lite interpreter and record the operators they call.
+"""Export the test models for the lite interpreter and write the union of the operators models call.
 
-    python scripts/dump_ops.py                      # every registered test model
-    python scripts/dump_ops.py mobilenet_v2         # some of them
-    python scripts/dump_ops.py --model-file my.ptl  # also the ops of models exported elsewhere
-    python scripts/dump_ops.py --check              # exit 1 if the committed yaml is stale
+    python scripts/dump_ops.py                                  # every registered test model
+    python scripts/dump_ops.py mobilenet_v2                     # some of them
+    python scripts/dump_ops.py --model-file a.ptl --model-file exported/ --output my_ops.yaml
+    python scripts/dump_ops.py --ops-yaml old_ops.yaml --model-file new.ptl --output merged.yaml
+    python scripts/dump_ops.py --check                          # exit 1 if the committed yaml is stale
 
-For each test model it writes, under --models-dir:
+Sources mix freely: registered test models (by name), `.ptl` files exported elsewhere (or directories
+of them) and ops yamls in either format (torchgen selective-build, or a plain `- aten::add.Tensor`
+list). With only --model-file/--ops-yaml sources, no test model is exported. Each operator's
+debug_info names every source that needs it: a test model's name, a model file's stem, a yaml's path.
+
+For each test model it also writes, under --models-dir:
   <name>.ptl           the scripted (and frozen) model, saved for the lite interpreter
   <name>.inputs.pt     its example inputs, a torch.save'd list of tensors
   <name>.expected.pt   eager PyTorch's outputs on them, flattened in order into a list of tensors
-and writes the union of the operators, with the models that use each, to --output in torchgen's
-selective-build format. The yaml is replaced atomically: a failure leaves the previous file intact.
+The yaml is replaced atomically and only when its content changes; on any error it is left untouched.
 """
 from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import sys
 import warnings
 from dataclasses import dataclass
@@ -27,18 +31,20 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
-from torch.jit.mobile import _export_operator_list, _load_for_lite_interpreter  # noqa: E402
 
 from test_models import ModelSpec, get_model, model_names  # noqa: E402
 from tools.file_writer import write_if_changed  # noqa: E402
-from tools.selection import OpSelection, SelectedOp, render_op_selection  # noqa: E402
+from tools.model_ops import ModelFileError, lite_model_files, ops_of_lite_model_bytes, ops_of_lite_model_file  # noqa: E402
+from tools.native_ops import load_native_catalog  # noqa: E402
+from tools.op_names import KnownOps, known_ops, unknown_op_message  # noqa: E402
+from tools.selection import OpSelection, OpSelectionError, SelectedOp, load_op_selection, render_op_selection  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "lightweight_dispatch_ops.yaml"
 DEFAULT_MODELS_DIR = REPO_ROOT / "build" / "models"
 
 
 class DumpError(Exception):
-    """A source that cannot be read, with the reason."""
+    """A source that cannot be used, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +75,6 @@ def flatten_outputs(value: object) -> list[torch.Tensor]:
     raise TypeError(f"cannot flatten a model output of type {type(value).__name__}")
 
 
-def ops_of_lite_module(lite_bytes: bytes, source: str) -> frozenset[str]:
-    try:
-        module = _load_for_lite_interpreter(io.BytesIO(lite_bytes))
-    except Exception as error:  # torch raises RuntimeError or its own subclasses for bad files
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DumpError(f"{source}: not a lite-interpreter model: {first_line}") from None
-    return frozenset(_export_operator_list(module))
-
-
 def export_model(spec: ModelSpec) -> ExportedModel:
     model = spec.build()
     inputs = list(spec.example_inputs())
@@ -89,19 +86,24 @@ def export_model(spec: ModelSpec) -> ExportedModel:
         if spec.freeze:
             scripted = torch.jit.freeze(scripted)
         lite_bytes = scripted._save_to_buffer_for_lite_interpreter()
-    return ExportedModel(spec.name, lite_bytes, inputs, expected, ops_of_lite_module(lite_bytes, spec.name))
+    return ExportedModel(spec.name, lite_bytes, inputs, expected, ops_of_lite_model_bytes(lite_bytes, spec.name))
 
 
-def ops_of_model_file(path: Path) -> frozenset[str]:
-    if not path.is_file():
-        raise DumpError(f"{path}: no such model file")
-    return ops_of_lite_module(path.read_bytes(), str(path))
+def ops_of_yaml(path: Path, known: KnownOps) -> frozenset[str]:
+    """The operators an ops yaml lists, each checked to exist in the installed torch."""
+    selection = load_op_selection(path)
+    if selection.include_all_operators:
+        raise DumpError(f"{path}: include_all_operators is true; a union needs explicit operators")
+    unknown = [unknown_op_message(op.name, known, str(path)) for op in selection.ops if not known.exists(op.name)]
+    if unknown:
+        raise DumpError("\n".join(unknown))
+    return selection.names
 
 
 def union_of(ops_by_source: dict[str, frozenset[str]]) -> OpSelection:
     users: dict[str, list[str]] = {}
-    for source in sorted(ops_by_source):
-        for op in ops_by_source[source]:
+    for source, ops in ops_by_source.items():
+        for op in ops:
             users.setdefault(op, []).append(source)
     return OpSelection(tuple(SelectedOp(op, tuple(users[op])) for op in sorted(users)))
 
@@ -134,11 +136,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "models", nargs="*", metavar="MODEL", help=f"registered test models (default: all of {', '.join(model_names())})"
     )
     parser.add_argument(
-        "--model-file", type=Path, action="append", default=[], help="a .ptl exported elsewhere; repeatable"
+        "--model-file", type=Path, action="append", default=[], metavar="PTL",
+        help="a .ptl exported elsewhere, or a directory of them; repeatable",
+    )
+    parser.add_argument(
+        "--ops-yaml", type=Path, action="append", default=[], metavar="YAML",
+        help="an ops yaml (torchgen selective-build or plain list) whose operators join the union; repeatable",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="ops yaml to write (default: %(default)s)")
     parser.add_argument(
-        "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="where .ptl/.inputs.pt/.expected.pt go"
+        "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="where test models' .ptl/.inputs.pt/.expected.pt go"
     )
     parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 and print the difference if --output is stale"
@@ -146,26 +153,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def collect(args: argparse.Namespace) -> tuple[dict[str, frozenset[str]], list[ExportedModel]]:
+    """Operators by source, and the exported test models. Raises on the first unusable source."""
+    ops_by_source: dict[str, frozenset[str]] = {}
+    exported: list[ExportedModel] = []
+    only_files = bool(args.model_file or args.ops_yaml)
+    for name in args.models or ([] if only_files else model_names()):
+        model = export_model(get_model(name))
+        exported.append(model)
+        ops_by_source[model.name] = model.ops
+    for path in args.model_file:
+        for model_file in lite_model_files(path):
+            ops_by_source[model_file.stem] = ops_of_lite_model_file(model_file)
+    if args.ops_yaml:
+        known = known_ops(load_native_catalog())
+        for path in args.ops_yaml:
+            ops_by_source[str(path)] = ops_of_yaml(path, known)
+    return ops_by_source, exported
+
+
+def jit_native_ops(names: frozenset[str]) -> frozenset[str]:
+    catalog = load_native_catalog()
+    known = known_ops(catalog)
+    return frozenset(name for name in names if known.is_jit_native(name))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        specs = [get_model(name) for name in (args.models or ([] if args.model_file else model_names()))]
-        ops_by_source: dict[str, frozenset[str]] = {}
-        exported = []
-        for spec in specs:
-            model = export_model(spec)
-            exported.append(model)
-            ops_by_source[model.name] = model.ops
-        for path in args.model_file:
-            ops_by_source[path.stem] = ops_of_model_file(path)
-    except (KeyError, DumpError) as error:
-        print(f"dump_ops: error: {error.args[0]}", file=sys.stderr)
+        ops_by_source, exported = collect(args)
+    except (KeyError, DumpError, ModelFileError, OpSelectionError) as error:
+        print(f"dump_ops: error: {error.args[0]}\n(nothing written)", file=sys.stderr)
         return 1
     selection = union_of(ops_by_source)
     if not selection.ops:
-        print("dump_ops: error: the models call no operators; refusing to write an empty selection", file=sys.stderr)
+        print("dump_ops: error: the sources call no operators; refusing to write an empty selection", file=sys.stderr)
         return 1
-    content = render_op_selection(selection)
+    content = render_op_selection(selection, jit_native_ops(selection.names))
     if args.check:
         diff = stale_diff(args.output, content)
         if diff:
@@ -175,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for model in exported:
         save_model_files(model, args.models_dir)
-    write_if_changed(args.output, content)
+    changed = write_if_changed(args.output, content)
     print(
-        f"dump_ops: {len(selection.ops)} operators from {len(ops_by_source)} source(s) written to {args.output}; "
-        f"models in {args.models_dir}"
+        f"dump_ops: {len(selection.ops)} operators from {len(ops_by_source)} source(s) "
+        f"{'written to' if changed else 'unchanged in'} {args.output}"
+        + (f"; models in {args.models_dir}" if exported else "")
     )
     return 0
 

@@ -57,7 +57,7 @@ def test_dump_writes_union_with_the_models_that_use_each_op(
     assert dump_ops.main(["--output", str(output), "--models-dir", str(tmp_path / "m")]) == 0
     ops = {op.name: op.used_by for op in load_op_selection(output).ops}
     assert ops["aten::softplus"] == ("softplus_model",)
-    assert ops["aten::conv2d"] == ("mobilenet_v2",)
+    assert "mobilenet_v2" in ops["aten::conv2d"] and "softplus_model" not in ops["aten::conv2d"]
     for suffix in (".ptl", ".inputs.pt", ".expected.pt"):
         assert (tmp_path / "m" / f"softplus_model{suffix}").is_file()
 

@@ -115,18 +115,24 @@ def load_op_selection(path: Path) -> OpSelection:
     return parse_op_selection(text, str(path))
 
 
-def render_op_selection(selection: OpSelection) -> str:
-    """torchgen's selective-build format, one operator per line, sorted, so diffs stay readable."""
+def render_op_selection(selection: OpSelection, jit_native: frozenset[str] = frozenset()) -> str:
+    """torchgen's selective-build format, one operator per line, sorted, so diffs stay readable.
+
+    Operators in `jit_native` get a trailing comment: the interpreter implements them itself and the
+    generator makes no kernel for them.
+    """
     lines = [
         "# Operators the lite_predictor build carries, written by scripts/dump_ops.py.",
-        "# debug_info lists the models that call each operator.",
+        "# debug_info lists the sources (models, model files, ops yamls) that call each operator;",
+        "# '# JIT-native' marks operators the interpreter implements itself (no kernel is generated).",
         f"include_all_operators: {'true' if selection.include_all_operators else 'false'}",
         "operators:" if selection.ops else "operators: {}",
     ]
     for op in sorted(selection.ops, key=lambda o: o.name):
         used_by = ", ".join(op.used_by)
+        mark = "  # JIT-native" if op.name in jit_native else ""
         lines.append(
             f"  {op.name}: {{is_root_operator: true, is_used_for_training: false, "
-            f"include_all_overloads: false, debug_info: [{used_by}]}}"
+            f"include_all_overloads: false, debug_info: [{used_by}]}}{mark}"
         )
     return "\n".join(lines) + "\n"

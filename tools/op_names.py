@@ -1,0 +1,38 @@
+"""Which operator names exist: native functions, JIT-native operators and the project's custom ops.
+
+Used to reject a misspelt operator in an ops yaml with the names it was probably meant to be.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from tools.jit_ops import jit_operator_names
+from tools.native_ops import NativeCatalog
+
+
+@dataclass(frozen=True)
+class KnownOps:
+    native: frozenset[str]
+    jit: frozenset[str]  # every JIT-registered operator, native ones included
+    custom: frozenset[str] = frozenset()
+
+    def exists(self, name: str) -> bool:
+        return name in self.native or name in self.jit or name in self.custom
+
+    def is_jit_native(self, name: str) -> bool:
+        """Implemented by the interpreter itself: no kernel to generate."""
+        return name in self.jit and name not in self.native and name not in self.custom
+
+    def close_matches(self, name: str, limit: int = 3) -> list[str]:
+        return difflib.get_close_matches(name, sorted(self.native | self.jit | self.custom), n=limit, cutoff=0.75)
+
+
+def known_ops(catalog: NativeCatalog, custom: frozenset[str] = frozenset()) -> KnownOps:
+    return KnownOps(frozenset(catalog.ops), jit_operator_names(), custom)
+
+
+def unknown_op_message(name: str, known: KnownOps, source: str) -> str:
+    suggestions = known.close_matches(name)
+    hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+    return f"{source}: {name} is not an operator of the installed torch{hint}"
