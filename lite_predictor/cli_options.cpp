@@ -44,6 +44,10 @@ options:
   --warmup N         untimed runs after the first (default 1)
   --threads T        intra-op threads (default: LibTorch's choice)
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
+  --parallel K       after the normal runs, run the same loaded module from K threads at once, each
+                     for --iters runs; report throughput and whether every output was identical
+  --in-process       run in this process; by default the work runs in a child process so that a
+                     crash inside LibTorch on a damaged model is reported instead of killing us
   --save-outputs F   write the outputs for torch.load (a tuple of tensors)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas
@@ -51,8 +55,9 @@ options:
   -h, --help         show this help
 
 exit codes: 0 ok (outputs match, or nothing to compare), 1 outputs differ, 2 usage error,
-            3 cannot load the model, 4 an operator is not in this build, 5 bad inputs or reference file,
-            6 the model failed while running
+            3 cannot load the model (missing, damaged, not a lite model), 4 an operator is not in this
+            build, 5 bad inputs or a reference that does not fit the outputs, 6 the model failed while
+            running (or outputs of --parallel runs differed)
 )";
 }
 
@@ -100,6 +105,10 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       } else {
         throw UsageError("--dispatch expects 'static' or 'dynamic', got '" + mode + "'");
       }
+    } else if (arg == "--parallel") {
+      options.parallel = parse_int(arg, value(), 1);
+    } else if (arg == "--in-process") {
+      options.in_process = true;
     } else if (arg == "--list-ops") {
       options.list_ops = true;
     } else if (arg == "--json") {

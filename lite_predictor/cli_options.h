@@ -21,6 +21,8 @@ struct Options {
   int warmup = 1;
   int threads = 0; // 0: leave LibTorch's default
   DispatchMode dispatch = DispatchMode::Static;
+  int parallel = 0; // > 0: also run from this many threads at once on the one loaded module
+  bool in_process = false; // no crash-guard child process (for debuggers and profilers)
   bool json = false;
   bool help = false;
   bool list_ops = false; // print the operators this build has generated kernels for, and exit

@@ -1,6 +1,9 @@
 // lite_predictor: load a lite-interpreter model, bind its operators, run, compare, time, report.
 #include <lite_predictor/cli_options.h>
+#include <lite_predictor/crash_guard.h>
 #include <lite_predictor/kernel_table.h>
+#include <lite_predictor/model_file_check.h>
+#include <lite_predictor/model_integrity.h>
 #include <lite_predictor/op_binding.h>
 #include <lite_predictor/output_check.h>
 #include <lite_predictor/run_report.h>
@@ -13,9 +16,12 @@
 #include <torch/csrc/jit/mobile/parse_operators.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
+#include <thread>
 
 namespace ld = lightweight_dispatch;
 
@@ -49,46 +55,56 @@ std::string sibling_file(const std::string& model_path, const std::string& suffi
   return (path.parent_path() / (path.stem().string() + suffix)).string();
 }
 
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
+// The first line of an error, with bytes a terminal cannot show replaced (damaged files put raw
+// bytes into LibTorch's messages).
+std::string printable_first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  for (char& c : line) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      c = '?';
+    }
+  }
+  return line;
+}
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.scalar_type() << t.sizes();
+  return out.str();
 }
 
 torch::jit::mobile::Module load_model(const std::string& path, ld::DispatchMode mode) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    throw Failure{kCannotLoad, path + ": no such model file"};
+  try {
+    ld::check_model_file(path);
+  } catch (const ld::ModelFileError& e) {
+    throw Failure{kCannotLoad, printable_first_line(e.what())};
   }
   // Static mode loads without the stock operator check: binding checks every op itself and names
   // all the missing ones at once, including ops only this build provides.
-  const uint64_t options =
-      mode == ld::DispatchMode::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
+  const uint64_t options = mode == ld::DispatchMode::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
   try {
     torch::jit::ExtraFilesMap extra_files;
-    return torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    ld::check_loaded_tensors(module);
+    return module;
+  } catch (const ld::ModelIntegrityError& e) {
+    throw Failure{kCannotLoad, path + ": " + e.what()};
   } catch (const std::exception& e) {
-    throw Failure{kCannotLoad, path + ": cannot load as a lite-interpreter model: " + first_line(e.what())};
-  }
-}
-
-std::vector<c10::IValue> as_inputs(const std::vector<at::Tensor>& tensors) {
-  return std::vector<c10::IValue>(tensors.begin(), tensors.end());
-}
-
-void check_input_count(const torch::jit::mobile::Module& module, size_t count, const std::string& source) {
-  const auto forward = module.find_method("forward");
-  if (!forward) {
-    throw Failure{kCannotLoad, "the model has no forward method"};
-  }
-  const auto& function = forward->function();
-  if (!function.hasSchema()) {
-    return;
-  }
-  const size_t expected = function.getSchema().arguments().size() - 1; // minus self
-  if (expected != count) {
     throw Failure{
-        kBadInputs,
-        source + ": the model's forward takes " + std::to_string(expected) + " input(s), the file has " +
-            std::to_string(count)};
+        kCannotLoad, path + ": cannot load as a lite-interpreter model: " + printable_first_line(e.what())};
+  }
+}
+
+std::vector<ld::OpUse> bind(torch::jit::mobile::Module& module, const ld::Options& options) {
+  if (options.dispatch == ld::DispatchMode::Dynamic) {
+    return ld::describe_dynamic(module).ops;
+  }
+  const ld::KernelIndex index(ld::generated_kernels());
+  try {
+    return ld::bind_static(module, index).ops;
+  } catch (const ld::BindingError& e) {
+    throw Failure{kOpNotInBuild, options.model_path + ": " + e.what()};
   }
 }
 
@@ -96,8 +112,65 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
   try {
     return ld::load_tensor_list(path);
   } catch (const ld::TensorFileError& e) {
-    throw Failure{kBadInputs, e.what()};
+    throw Failure{kBadInputs, printable_first_line(e.what())};
   }
+}
+
+size_t forward_input_count(const torch::jit::mobile::Module& module) {
+  const auto forward = module.find_method("forward");
+  if (!forward) {
+    throw Failure{kCannotLoad, "the model has no forward method"};
+  }
+  const auto& function = forward->function();
+  return function.hasSchema() ? function.getSchema().arguments().size() - 1 : SIZE_MAX; // minus self
+}
+
+// A user's inputs must have the dtypes and ranks of the example inputs the model was exported with
+// (when dump_ops.py saved them beside it); sizes may differ.
+void check_against_example_inputs(
+    const std::vector<at::Tensor>& inputs, const std::string& source, const std::string& example_path) {
+  if (!std::filesystem::exists(example_path)) {
+    return;
+  }
+  const std::vector<at::Tensor> examples = load_tensors(example_path);
+  for (size_t i = 0; i < std::min(inputs.size(), examples.size()); ++i) {
+    if (inputs[i].scalar_type() != examples[i].scalar_type() || inputs[i].dim() != examples[i].dim()) {
+      throw Failure{
+          kBadInputs,
+          source + ": input " + std::to_string(i) + " is " + describe(inputs[i]) + ", but the model was exported " +
+              "with " + describe(examples[i]) + " (" + example_path + ")"};
+    }
+  }
+}
+
+struct Inputs {
+  std::vector<c10::IValue> values;
+  std::string source;
+};
+
+Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Module& module) {
+  const std::string beside = sibling_file(options.model_path, ".inputs.pt");
+  std::vector<at::Tensor> tensors;
+  std::string source = "(none)";
+  if (options.input_path) {
+    tensors = load_tensors(*options.input_path);
+    source = *options.input_path;
+    check_against_example_inputs(tensors, source, beside);
+  } else if (std::filesystem::exists(beside)) {
+    tensors = load_tensors(beside);
+    source = beside;
+  }
+  const size_t expected = forward_input_count(module);
+  if (expected != SIZE_MAX && expected != tensors.size()) {
+    if (tensors.empty() && !options.input_path) {
+      throw Failure{kBadInputs, "the model needs inputs: pass --input FILE (a torch.save'd list of tensors)"};
+    }
+    throw Failure{
+        kBadInputs,
+        source + ": the model's forward takes " + std::to_string(expected) + " input(s), the file has " +
+            std::to_string(tensors.size())};
+  }
+  return {std::vector<c10::IValue>(tensors.begin(), tensors.end()), source};
 }
 
 c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs) {
@@ -107,7 +180,156 @@ c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::
   try {
     return module.forward(inputs);
   } catch (const std::exception& e) {
-    throw Failure{kRunFailed, "the model failed while running: " + first_line(e.what())};
+    throw Failure{
+        kRunFailed,
+        "the model failed while running (check the inputs' count, shapes and dtypes): " +
+            printable_first_line(e.what())};
+  }
+}
+
+std::vector<at::Tensor> flatten(const c10::IValue& output) {
+  try {
+    return ld::flatten_outputs(output);
+  } catch (const std::exception& e) {
+    throw Failure{kRunFailed, e.what()};
+  }
+}
+
+void time_steady_state(
+    torch::jit::mobile::Module& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+  for (int i = 0; i < options.warmup; ++i) {
+    run_once(module, inputs.values);
+  }
+  std::vector<double> times;
+  for (int i = 0; i < options.iters; ++i) {
+    const auto start = Clock::now();
+    run_once(module, inputs.values);
+    times.push_back(ms_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  report.median_ms = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  report.min_ms = times.front();
+}
+
+// K threads share the one loaded, bound module; each runs it --iters times and compares every
+// output with the single-threaded one, bit for bit.
+void run_parallel(
+    torch::jit::mobile::Module& module,
+    const Inputs& inputs,
+    const std::vector<at::Tensor>& reference,
+    const ld::Options& options,
+    ld::RunReport& report) {
+  std::atomic<int> differing{0};
+  std::atomic<int> failed{0};
+  std::vector<std::string> errors(options.parallel);
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int t = 0; t < options.parallel; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < options.iters; ++i) {
+          if (!ld::identical_outputs(flatten(run_once(module, inputs.values)), reference)) {
+            differing.fetch_add(1);
+          }
+        }
+      } catch (const Failure& failure) {
+        errors[t] = failure.message;
+        failed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  report.parallel_seconds = ms_since(start) / 1000.0;
+  if (failed.load() > 0) {
+    const auto first = std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
+    throw Failure{kRunFailed, "a --parallel run failed: " + *first};
+  }
+  report.parallel_threads = options.parallel;
+  report.parallel_runs = options.parallel * options.iters;
+  report.parallel_outputs_identical = differing.load() == 0;
+}
+
+ExitCode compare_with_reference(
+    const ld::Options& options, const std::vector<at::Tensor>& outputs, ld::RunReport& report) {
+  const std::string beside = sibling_file(options.model_path, ".expected.pt");
+  if (options.expected_path) {
+    report.expected_source = *options.expected_path;
+  } else if (std::filesystem::exists(beside)) {
+    report.expected_source = beside;
+  } else {
+    return kOk;
+  }
+  const ld::Comparison comparison =
+      ld::compare_outputs(outputs, load_tensors(*report.expected_source), options.atol, options.rtol);
+  if (!comparison.fits) {
+    throw Failure{
+        kBadInputs, *report.expected_source + ": the reference does not fit the model's outputs: " + comparison.mismatch};
+  }
+  report.outputs_match = comparison.match;
+  report.max_abs_diff = comparison.max_abs_diff;
+  report.mismatch = comparison.mismatch;
+  return comparison.match ? kOk : kOutputsDiffer;
+}
+
+int run(const ld::Options& options, const ld::PhaseReporter& phase) {
+  if (options.threads > 0) {
+    at::set_num_threads(options.threads);
+  }
+  ld::RunReport report;
+  report.model = options.model_path;
+  report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
+  report.threads = options.threads;
+  report.iters = options.iters;
+
+  phase.enter(ld::Phase::Loading);
+  const auto load_start = Clock::now();
+  torch::jit::mobile::Module module = load_model(options.model_path, options.dispatch);
+  report.ops = bind(module, options);
+  report.load_ms = ms_since(load_start);
+  const Inputs inputs = resolve_inputs(options, module);
+  report.input_source = inputs.source;
+
+  phase.enter(ld::Phase::Running);
+  const auto first_start = Clock::now();
+  const std::vector<at::Tensor> outputs = flatten(run_once(module, inputs.values));
+  report.first_run_ms = ms_since(first_start);
+  report.num_outputs = outputs.size();
+  time_steady_state(module, inputs, options, report);
+  if (options.parallel > 0) {
+    run_parallel(module, inputs, outputs, options, report);
+  }
+
+  if (options.save_outputs_path) {
+    try {
+      ld::save_tensor_list(*options.save_outputs_path, outputs);
+    } catch (const ld::TensorFileError& e) {
+      throw Failure{kUsage, e.what()};
+    }
+  }
+  ExitCode code = compare_with_reference(options, outputs, report);
+  if (options.parallel > 0 && !report.parallel_outputs_identical) {
+    code = kRunFailed;
+  }
+  if (options.json) {
+    ld::print_json(std::cout, report);
+  } else {
+    ld::print_text(std::cout, report);
+  }
+  return code;
+}
+
+int run_reporting_failures(const ld::Options& options, const ld::PhaseReporter& phase) {
+  try {
+    return run(options, phase);
+  } catch (const Failure& failure) {
+    std::cerr << "lite_predictor: error: " << failure.message << "\n";
+    return failure.code;
+  } catch (const std::exception& e) {
+    std::cerr << "lite_predictor: error: " << printable_first_line(e.what()) << "\n";
+    return kRunFailed;
   }
 }
 
@@ -122,106 +344,6 @@ int list_ops(bool json) {
     }
   }
   return kOk;
-}
-
-int run(const ld::Options& options) {
-  if (options.threads > 0) {
-    at::set_num_threads(options.threads);
-  }
-  ld::RunReport report;
-  report.model = options.model_path;
-  report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
-  report.threads = options.threads;
-  report.iters = options.iters;
-
-  const auto load_start = Clock::now();
-  torch::jit::mobile::Module module = load_model(options.model_path, options.dispatch);
-  if (options.dispatch == ld::DispatchMode::Static) {
-    const ld::KernelIndex index(ld::generated_kernels());
-    try {
-      report.ops = ld::bind_static(module, index).ops;
-    } catch (const ld::BindingError& e) {
-      throw Failure{kOpNotInBuild, options.model_path + ": " + e.what()};
-    }
-  } else {
-    report.ops = ld::describe_dynamic(module).ops;
-  }
-  report.load_ms = ms_since(load_start);
-
-  // Inputs: the given file, the one dump_ops.py saved beside the model, or none if forward takes none.
-  std::vector<at::Tensor> input_tensors;
-  const std::string derived_inputs = sibling_file(options.model_path, ".inputs.pt");
-  if (options.input_path) {
-    input_tensors = load_tensors(*options.input_path);
-    report.input_source = *options.input_path;
-  } else if (std::filesystem::exists(derived_inputs)) {
-    input_tensors = load_tensors(derived_inputs);
-    report.input_source = derived_inputs;
-  } else {
-    report.input_source = "(none)";
-  }
-  try {
-    check_input_count(module, input_tensors.size(), report.input_source);
-  } catch (const Failure& failure) {
-    if (input_tensors.empty() && !options.input_path) {
-      throw Failure{kBadInputs, "the model needs inputs: pass --input FILE (a torch.save'd list of tensors)"};
-    }
-    throw;
-  }
-  const std::vector<c10::IValue> inputs = as_inputs(input_tensors);
-
-  auto start = Clock::now();
-  const c10::IValue output = run_once(module, inputs);
-  report.first_run_ms = ms_since(start);
-  for (int i = 0; i < options.warmup; ++i) {
-    run_once(module, inputs);
-  }
-  std::vector<double> times;
-  for (int i = 0; i < options.iters; ++i) {
-    start = Clock::now();
-    run_once(module, inputs);
-    times.push_back(ms_since(start));
-  }
-  std::sort(times.begin(), times.end());
-  report.median_ms = times.size() % 2 ? times[times.size() / 2]
-                                      : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
-  report.min_ms = times.front();
-
-  std::vector<at::Tensor> outputs;
-  try {
-    outputs = ld::flatten_outputs(output);
-  } catch (const std::exception& e) {
-    throw Failure{kRunFailed, e.what()};
-  }
-  report.num_outputs = outputs.size();
-  if (options.save_outputs_path) {
-    try {
-      ld::save_tensor_list(*options.save_outputs_path, outputs);
-    } catch (const ld::TensorFileError& e) {
-      throw Failure{kUsage, e.what()};
-    }
-  }
-
-  const std::string derived_expected = sibling_file(options.model_path, ".expected.pt");
-  if (options.expected_path) {
-    report.expected_source = *options.expected_path;
-  } else if (std::filesystem::exists(derived_expected)) {
-    report.expected_source = derived_expected;
-  }
-  if (report.expected_source) {
-    const ld::Comparison comparison =
-        ld::compare_outputs(outputs, load_tensors(*report.expected_source), options.atol, options.rtol);
-    report.outputs_match = comparison.match;
-    report.max_abs_diff = comparison.max_abs_diff;
-    report.mismatch = comparison.mismatch;
-  }
-
-  if (options.json) {
-    ld::print_json(std::cout, report);
-  } else {
-    ld::print_text(std::cout, report);
-  }
-  return report.outputs_match.value_or(true) ? kOk : kOutputsDiffer;
 }
 
 } // namespace
@@ -242,13 +364,9 @@ int main(int argc, char** argv) {
   if (options.list_ops) {
     return list_ops(options.json);
   }
-  try {
-    return run(options);
-  } catch (const Failure& failure) {
-    std::cerr << "lite_predictor: error: " << failure.message << "\n";
-    return failure.code;
-  } catch (const std::exception& e) {
-    std::cerr << "lite_predictor: error: " << first_line(e.what()) << "\n";
-    return kRunFailed;
-  }
+  return ld::run_guarded(
+      [&](const ld::PhaseReporter& phase) { return run_reporting_failures(options, phase); },
+      options.model_path,
+      {kCannotLoad, kRunFailed},
+      options.in_process);
 }

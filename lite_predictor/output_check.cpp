@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 namespace lightweight_dispatch {
@@ -24,6 +25,7 @@ Comparison compare_outputs(
     double rtol) {
   Comparison result;
   if (actual.size() != expected.size()) {
+    result.fits = false;
     result.mismatch = "the model returned " + std::to_string(actual.size()) + " tensor(s), the reference has " +
         std::to_string(expected.size());
     return result;
@@ -32,6 +34,7 @@ Comparison compare_outputs(
     const at::Tensor& a = actual[i];
     const at::Tensor& e = expected[i];
     if (a.scalar_type() != e.scalar_type() || a.sizes() != e.sizes()) {
+      result.fits = false;
       result.mismatch = "output " + std::to_string(i) + " is " + describe(a) + ", the reference is " + describe(e);
       return result;
     }
@@ -54,6 +57,23 @@ Comparison compare_outputs(
   }
   result.match = result.mismatch.empty();
   return result;
+}
+
+bool identical_outputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].scalar_type() != b[i].scalar_type() || a[i].sizes() != b[i].sizes()) {
+      return false;
+    }
+    const at::Tensor x = a[i].contiguous();
+    const at::Tensor y = b[i].contiguous();
+    if (x.nbytes() != y.nbytes() || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 } // namespace lightweight_dispatch

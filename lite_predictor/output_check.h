@@ -9,16 +9,21 @@
 namespace lightweight_dispatch {
 
 struct Comparison {
+  bool fits = true; // same count, dtypes and shapes: otherwise the reference is not for this model
   bool match = false;
   double max_abs_diff = 0.0;
   std::string mismatch; // empty when the outputs match: otherwise the first difference, in words
 };
 
 // Same count, and each pair with the same dtype and shape and |a - e| <= atol + rtol * |e| elementwise.
+// NaNs match NaNs in the same places.
 Comparison compare_outputs(
     const std::vector<at::Tensor>& actual,
     const std::vector<at::Tensor>& expected,
     double atol,
     double rtol);
+
+// Same count, dtypes, shapes and bytes.
+bool identical_outputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 } // namespace lightweight_dispatch

@@ -68,6 +68,13 @@ void print_text(std::ostream& out, const RunReport& report) {
     out << ", " << report.threads << " thread(s)";
   }
   out << "\n";
+  if (report.parallel_threads > 0) {
+    out << "parallel:  " << report.parallel_threads << " threads, " << report.parallel_runs << " runs in "
+        << report.parallel_seconds << " s (" << report.parallel_runs / report.parallel_seconds << " runs/s); "
+        << (report.parallel_outputs_identical ? "every output identical to the single-threaded run"
+                                              : "OUTPUTS DIFFERED from the single-threaded run")
+        << "\n";
+  }
   out << std::defaultfloat;
   if (!report.outputs_match.has_value()) {
     out << "outputs:   " << report.num_outputs << " tensor(s), no reference to compare with\n";
@@ -93,8 +100,14 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)
       << ", \"num_outputs\": " << report.num_outputs << ", \"load_ms\": " << report.load_ms
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
-      << ", \"min_ms\": " << report.min_ms << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads
-      << "}\n";
+      << ", \"min_ms\": " << report.min_ms << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;
+  if (report.parallel_threads > 0) {
+    out << ", \"parallel\": {\"threads\": " << report.parallel_threads << ", \"runs\": " << report.parallel_runs
+        << ", \"seconds\": " << report.parallel_seconds
+        << ", \"runs_per_s\": " << report.parallel_runs / report.parallel_seconds
+        << ", \"outputs_identical\": " << (report.parallel_outputs_identical ? "true" : "false") << "}";
+  }
+  out << "}\n";
 }
 
 void print_op_list_json(std::ostream& out, c10::ArrayRef<GeneratedKernel> kernels) {

@@ -26,6 +26,11 @@ struct RunReport {
   double min_ms = 0.0;
   int iters = 0;
   int threads = 0;
+  // --parallel K: K threads running the one module at once.
+  int parallel_threads = 0;
+  int parallel_runs = 0;
+  double parallel_seconds = 0.0;
+  bool parallel_outputs_identical = false;
 };
 
 void print_text(std::ostream& out, const RunReport& report);
