@@ -12,7 +12,7 @@ function(lightweight_dispatch_generate_kernels)
   foreach(_i RANGE ${_last})
     list(APPEND _sources "${ARG_OUTPUT_DIR}/UnboxingShard_${_i}.cpp")
   endforeach()
-  list(APPEND _sources "${ARG_OUTPUT_DIR}/KernelTable.cpp")
+  list(APPEND _sources "${ARG_OUTPUT_DIR}/KernelTable.cpp" "${ARG_OUTPUT_DIR}/CustomOpRegistration.cpp")
   # Globbed at configure time (a new generator module needs a re-configure); CONFIGURE_DEPENDS would
   # make every build re-run CMake.
   file(GLOB _generator_sources "${_root}/tools/*.py")
@@ -30,7 +30,7 @@ function(lightweight_dispatch_generate_kernels)
     COMMAND "${Python3_EXECUTABLE}" -m tools.gen_unboxing ${_selection}
             --install-dir "${ARG_OUTPUT_DIR}" --num-shards ${ARG_NUM_SHARDS}
     COMMAND "${CMAKE_COMMAND}" -E touch "${_stamp}"
-    DEPENDS ${_selection_deps} ${_generator_sources}
+    DEPENDS ${_selection_deps} ${_generator_sources} "${_root}/custom_ops.yaml"
             "${TORCHGEN_DIR}/packaged/ATen/native/native_functions.yaml"
             "${TORCHGEN_DIR}/packaged/ATen/native/tags.yaml"
     WORKING_DIRECTORY "${_root}"
@@ -40,5 +40,6 @@ function(lightweight_dispatch_generate_kernels)
   add_library(${ARG_TARGET} STATIC ${_sources})
   add_dependencies(${ARG_TARGET} ${ARG_TARGET}_codegen)
   target_include_directories(${ARG_TARGET} PUBLIC "${_root}")
-  target_link_libraries(${ARG_TARGET} PUBLIC ${TORCH_LIBRARIES})
+  # The project's own kernels (custom_ops.yaml), which generated code calls directly.
+  target_link_libraries(${ARG_TARGET} PUBLIC torchvision_kernels ${TORCH_LIBRARIES})
 endfunction()

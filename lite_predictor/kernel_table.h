@@ -17,6 +17,11 @@ struct GeneratedKernel {
 // Defined by the generated KernelTable.cpp, or empty in a build without lightweight dispatch.
 c10::ArrayRef<GeneratedKernel> generated_kernels();
 
+// Registers the project's own operators (custom_ops.yaml: torchvision's detection ops) with the c10
+// dispatcher, so the stock interpreter (--dispatch dynamic) finds them too. Idempotent. Static dispatch
+// does not need it. Defined in the generated CustomOpRegistration.cpp (a no-op without lightweight dispatch).
+void register_custom_ops_with_dispatcher();
+
 // Whether this binary was built with USE_LIGHTWEIGHT_DISPATCH=ON (a table exists, even if empty).
 bool lightweight_dispatch_built();
 

@@ -285,6 +285,11 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.iters = options.iters;
 
   phase.enter(ld::Phase::Loading);
+  if (options.dispatch == ld::DispatchMode::Dynamic) {
+    // The stock interpreter resolves operators through the dispatcher, which must know our own ops.
+    // Static dispatch needs no registration: the generated kernels call them directly.
+    ld::register_custom_ops_with_dispatcher();
+  }
   const auto load_start = Clock::now();
   torch::jit::mobile::Module module = load_model(options.model_path, options.dispatch);
   report.ops = bind(module, options);

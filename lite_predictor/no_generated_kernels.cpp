@@ -7,6 +7,8 @@ c10::ArrayRef<GeneratedKernel> generated_kernels() {
   return {};
 }
 
+void register_custom_ops_with_dispatcher() {}
+
 bool lightweight_dispatch_built() {
   return false;
 }

@@ -8,12 +8,15 @@ import torch
 
 from test_models import (
     arithmetic,
+    detection_ops,
     indexing,
     list_ops,
     mobilenet_v2,
     out_variants,
     recurrent,
     resize_conv,
+    roi_head,
+    ssdlite_head,
     tensor_creation,
     transformer,
 )
@@ -43,6 +46,10 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("recurrent", recurrent.build, recurrent.example_inputs),
         ModelSpec("transformer", transformer.build, transformer.example_inputs),
         ModelSpec("out_variants", out_variants.build, out_variants.example_inputs),
+        # Detection: torchvision's ops (custom_ops.yaml) with the post-processing around them.
+        ModelSpec("ssdlite_head", ssdlite_head.build, ssdlite_head.example_inputs),
+        ModelSpec("roi_head", roi_head.build, roi_head.example_inputs),
+        ModelSpec("detection_ops", detection_ops.build, detection_ops.example_inputs),
     )
 }
 

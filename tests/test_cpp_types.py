@@ -100,7 +100,7 @@ def test_boxable_returns(return_type: str) -> None:
 
 def test_tuple_returns_are_pushed_in_order(catalog: NativeCatalog) -> None:
     op = catalog["aten::max.dim"]
-    body = emit_unboxing_body(op.function, op.kernel)  # type: ignore[arg-type]
+    body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert "auto results = at::cpu::max(self, dim, keepdim);" in body
     assert "c10::IValue result1(std::get<1>(std::move(results)));" in body
     assert body[-2:] == ["stack.push_back(std::move(result0));", "stack.push_back(std::move(result1));"]
@@ -108,21 +108,21 @@ def test_tuple_returns_are_pushed_in_order(catalog: NativeCatalog) -> None:
 
 def test_in_place_returns_its_argument(catalog: NativeCatalog) -> None:
     op = catalog["aten::hardtanh_"]
-    body = emit_unboxing_body(op.function, op.kernel)  # type: ignore[arg-type]
+    body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert "at::Tensor& self = args[0].toTensor();" in body
     assert "c10::IValue result(at::cpu::hardtanh_(self, min_val, max_val));" in body
 
 
 def test_void_returns_push_nothing(catalog: NativeCatalog) -> None:
     op = catalog["aten::_foreach_add_.Scalar"]
-    body = emit_unboxing_body(op.function, op.kernel)  # type: ignore[arg-type]
+    body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert not any("push_back" in line for line in body)
     assert body[-1] == "torch::jit::drop(stack, 2);"
 
 
 def test_out_arguments_come_last_in_the_kernel_call(catalog: NativeCatalog) -> None:
     op = catalog["aten::sum.IntList_out"]
-    body = emit_unboxing_body(op.function, op.kernel)  # type: ignore[arg-type]
+    body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert "c10::IValue result(at::cpu::sum_outf(self, dim, keepdim, dtype, out));" in body
     assert "at::Tensor& out = args[4].toTensor();" in body
 
@@ -164,5 +164,6 @@ def test_all_ops_report(tmp_path: Path) -> None:
         assert entry["reason"].startswith("no CPU or composite kernel (kernels exist only for: ")
     assert report["kernels_by_dispatch_key"] == {
         "CPU": 1067, "CompositeExplicitAutograd": 1050, "CompositeExplicitAutogradNonFunctional": 54,
-        "CompositeImplicitAutograd": 740,
+        "CompositeImplicitAutograd": 740, "custom": 6,
     }
+    assert len(report["custom_generated"]) == 6

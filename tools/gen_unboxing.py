@@ -4,7 +4,9 @@
     python -m tools.gen_unboxing --all-ops --install-dir build/generated_all
 
 Writes UnboxingShard_<i>.cpp (the unboxing functions, split so that a one-op change recompiles one
-shard), KernelTable.cpp (the table lite_predictor binds from) and codegen_report.json. A file whose
+shard), KernelTable.cpp (the table lite_predictor binds from), CustomOpRegistration.cpp (the
+project's own operators from custom_ops.yaml, registered with the dispatcher on request) and
+codegen_report.json. A file whose
 content did not change is not rewritten.
 """
 from __future__ import annotations
@@ -16,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.cpp_types import UnsupportedType
-from tools.emit_unboxing import GeneratedKernel, emit_generated_kernel, emit_kernel_table, emit_shard, shard_of
+from tools.custom_ops import DEFAULT_CUSTOM_OPS_YAML, CustomOp, CustomOpsError, load_custom_ops
+from tools.emit_unboxing import (
+    GeneratedKernel,
+    emit_custom_op_registration,
+    emit_generated_kernel,
+    emit_kernel_table,
+    emit_shard,
+    shard_of,
+)
 from tools.file_writer import write_if_changed
 from tools.jit_ops import jit_operator_names
 from tools.native_ops import NativeCatalog, NativeOp, load_native_catalog
@@ -39,11 +49,21 @@ class GenerationResult:
 def generate_kernel(op: NativeOp) -> GeneratedKernel:
     if op.kernel is None:
         raise UnsupportedType(op.unsupported_reason or "unsupported")
-    return emit_generated_kernel(op.name, op.schema, op.function, op.kernel)
+    return emit_generated_kernel(op.name, op.schema, op.function.func, op.kernel)
 
 
-def generate_for_names(catalog: NativeCatalog, names: list[str], jit_ops: frozenset[str]) -> GenerationResult:
-    """Generate every selected native op. Non-native ops must be JIT-native; anything else is an error."""
+def generate_custom_kernel(op: CustomOp) -> GeneratedKernel:
+    return emit_generated_kernel(op.name, op.schema, op.func, op.kernel)
+
+
+def generate_for_names(
+    catalog: NativeCatalog,
+    names: list[str],
+    jit_ops: frozenset[str],
+    custom: dict[str, CustomOp] | None = None,
+) -> GenerationResult:
+    """Generate every selected native and custom op. Other ops must be JIT-native; anything else is an error."""
+    custom = custom or {}
     kernels: list[GeneratedKernel] = []
     unsupported: list[tuple[str, str]] = []
     jit_native: list[str] = []
@@ -54,20 +74,23 @@ def generate_for_names(catalog: NativeCatalog, names: list[str], jit_ops: frozen
                 kernels.append(generate_kernel(catalog[name]))
             except UnsupportedType as error:
                 unsupported.append((name, str(error)))
+        elif name in custom:
+            kernels.append(generate_custom_kernel(custom[name]))
         elif name in jit_ops:
             jit_native.append(name)
         else:
             unknown.append(name)
     if unknown:
         raise GenerationError(
-            "operators that are neither native functions of the installed torch nor JIT-native operators: "
+            "operators that are neither native functions of the installed torch, custom_ops.yaml entries nor "
+            "JIT-native operators: "
             + ", ".join(unknown)
         )
     return GenerationResult(tuple(kernels), tuple(unsupported), tuple(jit_native))
 
 
-def generate_all(catalog: NativeCatalog) -> GenerationResult:
-    kernels: list[GeneratedKernel] = []
+def generate_all(catalog: NativeCatalog, custom: dict[str, CustomOp] | None = None) -> GenerationResult:
+    kernels: list[GeneratedKernel] = [generate_custom_kernel(op) for _, op in sorted((custom or {}).items())]
     unsupported: list[tuple[str, str]] = []
     for name in sorted(catalog.ops):
         try:
@@ -77,7 +100,9 @@ def generate_all(catalog: NativeCatalog) -> GenerationResult:
     return GenerationResult(tuple(kernels), tuple(unsupported), ())
 
 
-def render_outputs(result: GenerationResult, num_shards: int, source: str) -> dict[str, str]:
+def render_outputs(
+    result: GenerationResult, num_shards: int, source: str, custom: dict[str, CustomOp] | None = None
+) -> dict[str, str]:
     """File name -> content for everything the generator writes except the report."""
     shards: list[list[GeneratedKernel]] = [[] for _ in range(num_shards)]
     for kernel in result.kernels:
@@ -86,6 +111,11 @@ def render_outputs(result: GenerationResult, num_shards: int, source: str) -> di
         f"UnboxingShard_{i}.cpp": emit_shard(kernels, i, num_shards, source) for i, kernels in enumerate(shards)
     }
     files["KernelTable.cpp"] = emit_kernel_table(list(result.kernels), source)
+    registrations = [
+        (op.namespace, str(op.func), op.kernel.qualified_function, op.kernel.header)
+        for _, op in sorted((custom or {}).items())
+    ]
+    files["CustomOpRegistration.cpp"] = emit_custom_op_registration(registrations, "custom_ops.yaml")
     return files
 
 
@@ -94,7 +124,8 @@ def render_report(catalog: NativeCatalog, result: GenerationResult, selected: in
         "native_functions_total": len(catalog.ops),
         "reachable_cpu": catalog.reachable_cpu,
         "selected": selected,
-        "generated": len(result.kernels),
+        "generated": sum(1 for k in result.kernels if k.op_name in catalog),
+        "custom_generated": sorted(k.op_name for k in result.kernels if k.op_name not in catalog),
         "jit_native": list(result.jit_native),
         "unsupported": [{"name": n, "reason": r} for n, r in result.unsupported],
         "kernels_by_dispatch_key": _count_by_key(catalog, result),
@@ -105,7 +136,7 @@ def render_report(catalog: NativeCatalog, result: GenerationResult, selected: in
 def _count_by_key(catalog: NativeCatalog, result: GenerationResult) -> dict[str, int]:
     counts: dict[str, int] = {}
     for kernel in result.kernels:
-        key = catalog[kernel.op_name].kernel.dispatch_key  # type: ignore[union-attr]
+        key = catalog[kernel.op_name].kernel.dispatch_key if kernel.op_name in catalog else "custom"  # type: ignore[union-attr]
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -125,6 +156,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which.add_argument("--all-ops", action="store_true", help="generate every native function CPU can reach")
     parser.add_argument("--install-dir", type=Path, required=True, help="directory for the generated files")
     parser.add_argument(
+        "--custom-ops-yaml",
+        type=Path,
+        default=DEFAULT_CUSTOM_OPS_YAML,
+        help="the project's own operators (default: %(default)s)",
+    )
+    parser.add_argument(
         "--num-shards",
         type=int,
         default=DEFAULT_NUM_SHARDS,
@@ -140,24 +177,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     catalog = load_native_catalog()
     try:
+        custom = load_custom_ops(args.custom_ops_yaml)
         if args.all_ops:
-            result = generate_all(catalog)
+            result = generate_all(catalog, custom)
             source, selected = "native_functions.yaml (all operators)", None
         else:
             selection = load_op_selection(args.op_selection_yaml_path)
             if selection.include_all_operators:
-                result = generate_all(catalog)
+                result = generate_all(catalog, custom)
             else:
-                result = generate_for_names(catalog, sorted(selection.names), jit_operator_names())
+                result = generate_for_names(catalog, sorted(selection.names), jit_operator_names(), custom)
             source, selected = args.op_selection_yaml_path.name, len(selection.ops)
-    except (OpSelectionError, GenerationError) as error:
+    except (OpSelectionError, GenerationError, CustomOpsError) as error:
         print(f"gen_unboxing: error: {error}", file=sys.stderr)
         return 1
     if result.unsupported and not args.all_ops:
         lines = "\n".join(f"  {name}: {reason}" for name, reason in result.unsupported)
         print(f"gen_unboxing: error: selected operators that cannot be statically dispatched:\n{lines}", file=sys.stderr)
         return 1
-    files = render_outputs(result, args.num_shards, source)
+    files = render_outputs(result, args.num_shards, source, custom)
     files["codegen_report.json"] = render_report(catalog, result, selected)
     written = [name for name, content in sorted(files.items()) if write_if_changed(args.install_dir / name, content)]
     print(

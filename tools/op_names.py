@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from tools.custom_ops import load_custom_ops
 from tools.jit_ops import jit_operator_names
 from tools.native_ops import NativeCatalog
 
@@ -28,8 +29,10 @@ class KnownOps:
         return difflib.get_close_matches(name, sorted(self.native | self.jit | self.custom), n=limit, cutoff=0.75)
 
 
-def known_ops(catalog: NativeCatalog, custom: frozenset[str] = frozenset()) -> KnownOps:
-    return KnownOps(frozenset(catalog.ops), jit_operator_names(), custom)
+def known_ops(catalog: NativeCatalog, custom: frozenset[str] | None = None) -> KnownOps:
+    """Native, JIT and custom operators; custom ones default to custom_ops.yaml's."""
+    custom_names = frozenset(load_custom_ops()) if custom is None else custom
+    return KnownOps(frozenset(catalog.ops), jit_operator_names(), custom_names)
 
 
 def unknown_op_message(name: str, known: KnownOps, source: str) -> str:
