@@ -3,6 +3,9 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <array>
+#include <cstdint>
+#include <iterator>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 
@@ -27,6 +30,91 @@ std::array<char, 8> read_magic(const std::string& path, std::uintmax_t size) {
   }
   in.read(magic.data(), static_cast<std::streamsize>(std::min<std::uintmax_t>(size, magic.size())));
   return magic;
+}
+
+uint32_t crc32(const unsigned char* data, size_t size) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) {
+        c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      }
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) {
+    c = table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t le32(const std::vector<unsigned char>& b, size_t at) {
+  return b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (static_cast<uint32_t>(b[at + 3]) << 24);
+}
+
+uint16_t le16(const std::vector<unsigned char>& b, size_t at) {
+  return static_cast<uint16_t>(b[at] | (b[at + 1] << 8));
+}
+
+// LibTorch's zip reader skips CRC checks (miniz is built without them), so a flipped byte inside a
+// record would reach the unpickler. Walk the central directory and verify every stored record's
+// CRC-32 here. Archives this cannot walk (zip64, compressed records) are left to the reader.
+void verify_record_checksums(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t size = bytes.size();
+  // The end-of-directory record sits in the last 22 bytes plus up to 65535 bytes of comment.
+  const size_t lowest = size > 22 + 65535 ? size - 22 - 65535 : 0;
+  size_t eocd = std::string::npos;
+  for (size_t i = size - 22 + 1; size >= 22 && i-- > lowest;) {
+    if (le32(bytes, i) == 0x06054b50u) {
+      eocd = i;
+      break;
+    }
+  }
+  if (eocd == std::string::npos) {
+    throw ModelFileError(path + ": damaged archive (truncated or corrupted): no end-of-directory record");
+  }
+  const uint16_t entries = le16(bytes, eocd + 10);
+  const uint32_t directory_offset = le32(bytes, eocd + 16);
+  if (entries == 0xFFFF || directory_offset == 0xFFFFFFFFu) {
+    return; // zip64: leave it to the reader
+  }
+  size_t at = directory_offset;
+  for (uint16_t n = 0; n < entries; ++n) {
+    if (at + 46 > size || le32(bytes, at) != 0x02014b50u) {
+      throw ModelFileError(path + ": damaged archive (truncated or corrupted): bad directory entry");
+    }
+    const uint16_t method = le16(bytes, at + 10);
+    const uint32_t expected_crc = le32(bytes, at + 16);
+    const uint32_t stored_size = le32(bytes, at + 20);
+    const uint16_t name_length = le16(bytes, at + 28);
+    const uint16_t extra_length = le16(bytes, at + 30);
+    const uint16_t comment_length = le16(bytes, at + 32);
+    const uint32_t local = le32(bytes, at + 42);
+    if (at + 46 + name_length > size) {
+      throw ModelFileError(path + ": damaged archive (truncated or corrupted): bad directory entry");
+    }
+    const std::string name(bytes.begin() + at + 46, bytes.begin() + at + 46 + name_length);
+    at += 46 + name_length + extra_length + comment_length;
+    if (method != 0 || stored_size == 0xFFFFFFFFu || local == 0xFFFFFFFFu) {
+      continue;
+    }
+    if (static_cast<size_t>(local) + 30 > size || le32(bytes, local) != 0x04034b50u) {
+      throw ModelFileError(path + ": damaged archive (truncated or corrupted): record " + name + " is missing");
+    }
+    const size_t data = local + 30 + le16(bytes, local + 26) + le16(bytes, local + 28);
+    if (data + stored_size > size) {
+      throw ModelFileError(path + ": damaged archive (truncated or corrupted): record " + name + " is cut short");
+    }
+    if (crc32(bytes.data() + data, stored_size) != expected_crc) {
+      throw ModelFileError(
+          path + ": damaged archive (truncated or corrupted): record " + name + " fails its CRC-32 check");
+    }
+  }
 }
 
 } // namespace
@@ -54,12 +142,12 @@ void check_model_file(const std::string& path) {
   if (size < 22 || std::string(magic.data(), 4) != std::string("PK\x03\x04", 4)) {
     throw ModelFileError(path + ": not a lite-interpreter model (not a zip archive)");
   }
+  verify_record_checksums(path);
   bool has_bytecode = false;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
+    // Record bounds and checksums were verified above; the reader's own directory parse must succeed too.
     for (const std::string& record : reader.getAllRecords()) {
-      // Reading a record verifies its CRC-32 against the archive directory.
-      reader.getRecord(record);
       has_bytecode = has_bytecode || record == "bytecode.pkl" || ends_with(record, "/bytecode.pkl");
     }
   } catch (const std::exception& e) {

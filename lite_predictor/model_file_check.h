@@ -13,7 +13,8 @@ class ModelFileError : public std::runtime_error {
 };
 
 // Throws ModelFileError naming what is wrong: no such file, unreadable, empty, not a zip archive,
-// an archive whose directory or records are damaged (every record's CRC is verified), or one
+// an archive whose directory or records are damaged (every stored record's CRC-32 is verified, which
+// LibTorch's reader does not do), or one
 // without lite-interpreter bytecode. A flatbuffer model is passed through unchecked.
 void check_model_file(const std::string& path);
 

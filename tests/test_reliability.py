@@ -1,0 +1,283 @@
+"""Bad inputs, damaged models and concurrent runs: a message and a documented exit code, never a crash;
+the build tools never leave a half-written file."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuzz_models import fuzz, summarize
+from predictor_runner import run_predictor
+from tools import gen_unboxing
+from tools import emit_unboxing
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL = "out_variants"  # small, with two inputs and three outputs
+
+USAGE, CANNOT_LOAD, NOT_IN_BUILD, BAD_INPUTS, RUN_FAILED, DIFFER = 2, 3, 4, 5, 6, 1
+
+
+@pytest.fixture()
+def model_copy(models_dir: Path, tmp_path: Path) -> Path:
+    """The model and its inputs/expected files, copied so tests can damage them."""
+    for suffix in (".ptl", ".inputs.pt", ".expected.pt"):
+        shutil.copy(models_dir / f"{MODEL}{suffix}", tmp_path / f"{MODEL}{suffix}")
+    return tmp_path / f"{MODEL}.ptl"
+
+
+def rewrite_archive(path: Path, drop: str | None = None, corrupt: str | None = None) -> None:
+    source = zipfile.ZipFile(io.BytesIO(path.read_bytes()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if drop and info.filename.endswith(drop):
+                continue
+            if corrupt and info.filename.endswith(corrupt):
+                data = b"\x80\x02garbage" + data[len(data) // 2:]
+            target.writestr(info.filename, data)
+    path.write_bytes(out.getvalue())
+
+
+def expect(run_args: tuple[object, ...], predictor: Path, code: int, *fragments: str) -> str:
+    run = run_predictor(predictor, *run_args)
+    assert run.returncode == code, (run.returncode, run.stderr)
+    for fragment in fragments:
+        assert fragment in run.stderr, run.stderr
+    return run.stderr
+
+
+# --- the model file
+def test_missing_model(predictor: Path, tmp_path: Path) -> None:
+    expect((tmp_path / "absent.ptl",), predictor, CANNOT_LOAD, "absent.ptl: no such model file")
+
+
+def test_directory_instead_of_model(predictor: Path, tmp_path: Path) -> None:
+    expect((tmp_path,), predictor, CANNOT_LOAD, "not a regular file")
+
+
+def test_empty_model(predictor: Path, model_copy: Path) -> None:
+    model_copy.write_bytes(b"")
+    expect((model_copy,), predictor, CANNOT_LOAD, "the file is empty")
+
+
+def test_not_a_zip(predictor: Path, model_copy: Path) -> None:
+    model_copy.write_text("def forward(self, x): return x\n")
+    expect((model_copy,), predictor, CANNOT_LOAD, "not a lite-interpreter model (not a zip archive)")
+
+
+def test_truncated_model(predictor: Path, model_copy: Path) -> None:
+    data = model_copy.read_bytes()
+    model_copy.write_bytes(data[: len(data) * 2 // 3])
+    expect((model_copy,), predictor, CANNOT_LOAD, "damaged archive (truncated or corrupted)")
+
+
+def test_bit_flipped_model(predictor: Path, model_copy: Path) -> None:
+    data = bytearray(model_copy.read_bytes())
+    with zipfile.ZipFile(model_copy) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("bytecode.pkl"))
+    name_length = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little")
+    extra_length = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+    data[info.header_offset + 30 + name_length + extra_length + 5] ^= 0x10
+    model_copy.write_bytes(bytes(data))
+    expect((model_copy,), predictor, CANNOT_LOAD, "damaged archive", "CRC")
+
+
+def test_archive_without_bytecode_record(predictor: Path, model_copy: Path) -> None:
+    rewrite_archive(model_copy, drop="bytecode.pkl")
+    expect((model_copy,), predictor, CANNOT_LOAD, "no lite-interpreter bytecode in the archive")
+
+
+def test_archive_with_a_record_missing(predictor: Path, model_copy: Path) -> None:
+    rewrite_archive(model_copy, drop="data.pkl")
+    expect((model_copy,), predictor, CANNOT_LOAD, "cannot load as a lite-interpreter model")
+
+
+def test_archive_with_a_corrupted_pickle(predictor: Path, model_copy: Path) -> None:
+    rewrite_archive(model_copy, corrupt="bytecode.pkl")
+    expect((model_copy,), predictor, CANNOT_LOAD, "cannot load as a lite-interpreter model")
+
+
+# --- inputs and references
+def test_missing_input_file(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    expect((model_copy, "--input", tmp_path / "none.pt"), predictor, BAD_INPUTS, "none.pt: cannot open the file")
+
+
+def test_input_file_that_is_not_a_tensor_list(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt"
+    torch.save({"x": 1}, bad)
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "bad.pt: expected a list of tensors")
+    bad.write_text("not a pickle")
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "bad.pt: not a torch.save file of tensors")
+
+
+def test_list_with_a_non_tensor(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "mixed.pt"
+    torch.save([torch.ones(3, 4), 7], bad)
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "element 1 is a Int, not a tensor")
+
+
+def test_wrong_input_count(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    one = tmp_path / "one.pt"
+    torch.save([torch.ones(3, 4)], one)
+    expect((model_copy, "--input", one), predictor, BAD_INPUTS, "forward takes 2 input(s), the file has 1")
+
+
+def test_wrong_input_dtype(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong_dtype.pt"
+    torch.save([torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64)], wrong)
+    expect((model_copy, "--input", wrong), predictor, BAD_INPUTS,
+           "input 0 is Double[3, 4], but the model was exported with Float[3, 4]")
+
+
+def test_wrong_input_rank(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong_rank.pt"
+    torch.save([torch.ones(12), torch.ones(12)], wrong)
+    expect((model_copy, "--input", wrong), predictor, BAD_INPUTS, "input 0 is Float[12], but the model was exported")
+
+
+def test_reference_that_does_not_fit(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    short = tmp_path / "short.pt"
+    torch.save([torch.zeros(3, 4)], short)
+    expect((model_copy, "--expected", short), predictor, BAD_INPUTS,
+           "the reference does not fit the model's outputs: the model returned 3 tensor(s), the reference has 1")
+    shaped = tmp_path / "shaped.pt"
+    torch.save([torch.zeros(3, 4), torch.zeros(5), torch.zeros(3)], shaped)
+    expect((model_copy, "--expected", shaped), predictor, BAD_INPUTS, "output 1 is Float[4], the reference is Float[5]")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--iters", "0"), "--iters expects an integer >= 1, got '0'"),
+    (("--iters", "ten"), "--iters expects an integer >= 1, got 'ten'"),
+    (("--warmup", "-1"), "--warmup expects an integer >= 0"),
+    (("--threads", "0"), "--threads expects an integer >= 1"),
+    (("--parallel", "x"), "--parallel expects an integer >= 1"),
+    (("--atol", "-1"), "--atol expects a non-negative number, got '-1'"),
+    (("--rtol", "nan"), "--rtol expects a non-negative number, got 'nan'"),
+    (("--input",), "--input expects a value"),
+    (("--dispatch", "fast"), "--dispatch expects 'static' or 'dynamic', got 'fast'"),
+    (("--bogus",), "unknown option '--bogus'"),
+])
+def test_bad_flag_values(predictor: Path, model_copy: Path, flags: tuple[str, ...], message: str) -> None:
+    expect((model_copy, *flags), predictor, USAGE, message)
+
+
+def test_two_model_files_is_a_usage_error(predictor: Path, model_copy: Path) -> None:
+    expect((model_copy, model_copy), predictor, USAGE, "expected one model file, got 2")
+
+
+def test_unwritable_save_outputs_path(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
+    expect((model_copy, "--save-outputs", tmp_path / "no_dir" / "out.pt"), predictor, USAGE, "cannot write the file")
+
+
+# --- crashes inside LibTorch become messages
+def test_a_crash_inside_libtorch_is_reported_not_suffered(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
+    # A constant tensor's storage record emptied (with a valid checksum): LibTorch reads past the buffer.
+    model = tmp_path / "indexing.ptl"
+    shutil.copy(models_dir / "indexing.ptl", model)
+    source = zipfile.ZipFile(io.BytesIO(model.read_bytes()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for info in source.infolist():
+            target.writestr(info.filename, b"" if info.filename.endswith("constants/0.storage") else source.read(info))
+    model.write_bytes(out.getvalue())
+    run = run_predictor(predictor, model, "--input", models_dir / "indexing.inputs.pt")
+    assert run.returncode in (CANNOT_LOAD, RUN_FAILED), run.stderr
+    assert "lite_predictor: error:" in run.stderr
+
+
+# --- fuzzing: no death by signal, no hang
+def test_fuzzed_models_never_kill_the_predictor(predictor: Path, models_dir: Path) -> None:
+    outcomes = fuzz(predictor, models_dir, count=int(os.environ.get("LD_FUZZ_COUNT", "240")))
+    report = summarize(outcomes)
+    print(report)
+    assert all(o.returncode is not None for o in outcomes), report  # no hangs
+    assert all(o.returncode >= 0 for o in outcomes), report  # no signals
+    assert {o.returncode for o in outcomes} <= {0, 1, 3, 4, 5, 6}, report
+    assert sum(o.returncode == CANNOT_LOAD for o in outcomes) > len(outcomes) // 4  # the damage was noticed
+
+
+# --- concurrency
+def test_parallel_runs_share_one_module_and_agree(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "list_ops.ptl", "--parallel", "4", "--iters", "25", "--json")
+    assert run.returncode == 0, run.stderr
+    parallel = run.json()["parallel"]
+    assert parallel["threads"] == 4 and parallel["runs"] == 100
+    assert parallel["outputs_identical"] is True
+    assert parallel["runs_per_s"] > 0
+
+
+def test_parallel_mobilenet_outputs_equal_the_single_threaded_run(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--parallel", "4", "--iters", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    assert run.json()["parallel"]["outputs_identical"] is True and run.json()["outputs_match"] is True
+
+
+# --- atomic writes in the build tools
+def test_generator_failing_half_way_leaves_previous_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    selection = tmp_path / "ops.yaml"
+    selection.write_text("- aten::add.Tensor\n- aten::relu\n- aten::sigmoid\n")
+    out = tmp_path / "gen"
+    assert gen_unboxing.main(["--op-selection-yaml-path", str(selection), "--install-dir", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    selection.write_text("- aten::add.Tensor\n- aten::relu\n- aten::sigmoid\n- aten::tanh\n- aten::exp\n")
+    calls = {"n": 0}
+    real_emit_shard = emit_unboxing.emit_shard
+
+    def failing_emit_shard(*args: object, **kwargs: object) -> str:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("disk on fire half way")
+        return real_emit_shard(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gen_unboxing, "emit_shard", failing_emit_shard)
+    with pytest.raises(RuntimeError, match="half way"):
+        gen_unboxing.main(["--op-selection-yaml-path", str(selection), "--install-dir", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_killed_generator_leaves_only_whole_files(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    small = tmp_path / "small.yaml"
+    small.write_text("- aten::add.Tensor\n")
+    cmd = [sys.executable, "-m", "tools.gen_unboxing", "--install-dir", str(out), "--num-shards", "16"]
+    subprocess.run([*cmd, "--op-selection-yaml-path", str(small)], cwd=REPO_ROOT, check=True, capture_output=True)
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    subprocess.run([*cmd, "--all-ops", "--install-dir", str(tmp_path / "reference")], cwd=REPO_ROOT, check=True,
+                   capture_output=True)
+    new = {p.name: p.read_bytes() for p in (tmp_path / "reference").iterdir()}
+    for delay in (2.5, 3.0, 3.5, 4.0):
+        process = subprocess.Popen([*cmd, "--all-ops"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        for path in out.iterdir():
+            if path.name.endswith(".tmp"):
+                continue  # an abandoned temporary, never read by the build
+            content = path.read_bytes()
+            assert content in (old.get(path.name), new.get(path.name)), f"{path.name} is half-written"
+
+
+def test_dump_ops_killed_half_way_leaves_the_previous_yaml(tmp_path: Path) -> None:
+    output = tmp_path / "ops.yaml"
+    output.write_text("- aten::previous\n")
+    process = subprocess.Popen([sys.executable, "scripts/dump_ops.py", "--output", str(output), "--models-dir",
+                                str(tmp_path / "m")], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    time.sleep(4.0)  # exporting models; the yaml is written last
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    content = output.read_text()
+    assert content == "- aten::previous\n" or content.startswith("# Operators the lite_predictor build carries")
