@@ -16,6 +16,7 @@ import sys
 import tempfile
 import zipfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -129,12 +130,14 @@ def run_mutant(predictor: Path, models_dir: Path, model: str, seed: int, workdir
     return Outcome(model, mutant.kind, seed, returncode, tail)
 
 
-def fuzz(predictor: Path, models_dir: Path, count: int, first_seed: int = 0) -> list[Outcome]:
-    with tempfile.TemporaryDirectory() as tmp:
-        return [
-            run_mutant(predictor, models_dir, FUZZ_MODELS[seed % len(FUZZ_MODELS)], seed, Path(tmp))
-            for seed in range(first_seed, first_seed + count)
-        ]
+def fuzz(predictor: Path, models_dir: Path, count: int, first_seed: int = 0, jobs: int = 1) -> list[Outcome]:
+    """Run `count` mutants (seeds first_seed...), `jobs` predictor processes at a time; results in seed order."""
+    seeds = range(first_seed, first_seed + count)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(
+            lambda seed: run_mutant(predictor, models_dir, FUZZ_MODELS[seed % len(FUZZ_MODELS)], seed, Path(tmp)),
+            seeds,
+        ))
 
 
 def summarize(outcomes: list[Outcome]) -> str:
@@ -142,10 +145,12 @@ def summarize(outcomes: list[Outcome]) -> str:
     hangs = [o for o in outcomes if o.returncode is None]
     codes = Counter(o.returncode for o in outcomes)
     kinds = Counter(o.kind for o in outcomes)
+    guarded = [o for o in outcomes if "LibTorch crashed" in o.stderr_tail]
     lines = [
         f"mutants run: {len(outcomes)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})",
         f"exit codes: {', '.join(f'{c}: {n}' for c, n in sorted(codes.items(), key=lambda kv: str(kv[0])))}",
         f"deaths by signal: {len(signals)}, hangs: {len(hangs)}",
+        f"crashes inside LibTorch caught by the crash guard and reported: {len(guarded)}",
     ]
     lines += [f"  SIGNAL {-o.returncode} {o.model} {o.kind} seed {o.seed}: {o.stderr_tail}" for o in signals]
     lines += [f"  HANG {o.model} {o.kind} seed {o.seed}" for o in hangs]
@@ -156,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=300, help="number of mutants (default %(default)s)")
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2, help="predictor processes at a time (default %(default)s)")
     parser.add_argument("--predictor", type=Path, default=REPO_ROOT / "build" / "lite_predictor")
     parser.add_argument("--models-dir", type=Path, default=REPO_ROOT / "build" / "models")
     args = parser.parse_args(argv)
-    outcomes = fuzz(args.predictor, args.models_dir, args.count, args.first_seed)
+    outcomes = fuzz(args.predictor, args.models_dir, args.count, args.first_seed, args.jobs)
     print(summarize(outcomes))
     return 0 if all(o.returncode is not None and o.returncode >= 0 for o in outcomes) else 1
 

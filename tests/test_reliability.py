@@ -197,7 +197,7 @@ def test_a_crash_inside_libtorch_is_reported_not_suffered(predictor: Path, model
 
 # --- fuzzing: no death by signal, no hang
 def test_fuzzed_models_never_kill_the_predictor(predictor: Path, models_dir: Path) -> None:
-    outcomes = fuzz(predictor, models_dir, count=int(os.environ.get("LD_FUZZ_COUNT", "240")))
+    outcomes = fuzz(predictor, models_dir, count=int(os.environ.get("LD_FUZZ_COUNT", "240")), jobs=2)
     report = summarize(outcomes)
     print(report)
     assert all(o.returncode is not None for o in outcomes), report  # no hangs
