@@ -4,6 +4,8 @@
 # ./build.sh test    the same setup and build, then the test suite
 # ./build.sh all-ops build kernels for every native function CPU can reach (build_all/), report
 #                    compile time and size: proves the generator's coverage compiles and links
+# ./build.sh bench   the same setup and build, then the benchmarks (benchmarks/README.md): writes
+#                    build/bench/report.{md,json} and bench.png; extra arguments go to the bench script
 # ./build.sh help    this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -93,8 +95,17 @@ print(f"object code: {size / 1e6:.2f} MB in {len(objects)} objects, {size / repo
 print(f"lite_predictor_all_ops: {(build / 'lite_predictor_all_ops').stat().st_size / 1e6:.2f} MB")
 PYEOF
     ;;
+  bench)
+    setup_venv
+    dump_ops
+    build_predictor
+    cmake --build "$BUILD_DIR" --target bench_per_op bench_latency_server
+    say "running the benchmarks (a few minutes)"
+    shift
+    "$PY" -m benchmarks.run_benchmarks "$@"
+    ;;
   help|-h|--help)
-    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *)
     echo "build.sh: unknown command '$1' (try ./build.sh help)" >&2

@@ -11,6 +11,9 @@ from test_models import (
     detection_ops,
     indexing,
     list_ops,
+    micro_add_loop,
+    micro_op_chain,
+    micro_postprocess,
     mobilenet_v2,
     out_variants,
     recurrent,
@@ -50,6 +53,10 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("ssdlite_head", ssdlite_head.build, ssdlite_head.example_inputs),
         ModelSpec("roi_head", roi_head.build, roi_head.example_inputs),
         ModelSpec("detection_ops", detection_ops.build, detection_ops.example_inputs),
+        # Per-op overhead micro benchmarks (benchmarks/): loops of tiny ops. Not frozen: freezing unrolls loops.
+        ModelSpec("micro_add_loop", micro_add_loop.build, micro_add_loop.example_inputs, freeze=False),
+        ModelSpec("micro_op_chain", micro_op_chain.build, micro_op_chain.example_inputs, freeze=False),
+        ModelSpec("micro_postprocess", micro_postprocess.build, micro_postprocess.example_inputs, freeze=False),
     )
 }
 

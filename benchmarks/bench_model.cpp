@@ -1,0 +1,66 @@
+#include <benchmarks/bench_model.h>
+
+#include <lite_predictor/kernel_table.h>
+#include <lite_predictor/op_binding.h>
+
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/mobile/import.h>
+#include <torch/csrc/jit/mobile/parse_operators.h>
+
+#include <stdexcept>
+
+namespace lightweight_dispatch::bench {
+
+Mode parse_mode(const std::string& text) {
+  if (text == "static") {
+    return Mode::Static;
+  }
+  if (text == "dynamic") {
+    return Mode::Dynamic;
+  }
+  throw std::runtime_error("unknown dispatch mode '" + text + "' (expected static or dynamic)");
+}
+
+const char* mode_name(Mode mode) {
+  return mode == Mode::Static ? "static" : "dynamic";
+}
+
+torch::jit::mobile::Module load_module(const std::string& path, Mode mode) {
+  // As lite_predictor: static mode skips the stock operator check, binding checks every op itself.
+  const uint64_t options = mode == Mode::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
+  if (mode == Mode::Dynamic) {
+    // As lite_predictor: the stock interpreter resolves ops through the dispatcher, which must know the
+    // project's own (torchvision::*) ops. Idempotent.
+    register_custom_ops_with_dispatcher();
+  }
+  torch::jit::ExtraFilesMap extra_files;
+  torch::jit::mobile::Module module = [&] {
+    try {
+      return torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      throw std::runtime_error(path + ": cannot load: " + what.substr(0, what.find('\n')));
+    }
+  }();
+  if (mode == Mode::Static) {
+    // Parsed once per process (every schema in the table), as lite_predictor does once per run.
+    static const KernelIndex index(generated_kernels());
+    try {
+      bind_static(module, index);
+    } catch (const BindingError& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+  return module;
+}
+
+c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs) {
+  c10::InferenceMode inference_mode;
+  return module.forward(inputs);
+}
+
+std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors) {
+  return std::vector<c10::IValue>(tensors.begin(), tensors.end());
+}
+
+} // namespace lightweight_dispatch::bench

@@ -1,0 +1,107 @@
+// bench_latency_server: holds lite-interpreter models loaded under static and dynamic dispatch in one
+// process and runs them on request, so benchmarks/latency.py can interleave them with Python eager and
+// the Python lite interpreter run for run. Times are taken here, around the forward pass only.
+//
+// One command per line on stdin, one reply per line on stdout:
+//   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static or dynamic; static includes binding)
+//   run KEY                             -> "ok MS"
+//   quit
+// Any failure replies "error MESSAGE" and the server keeps serving.
+#include <benchmarks/bench_model.h>
+#include <lite_predictor/tensor_io.h>
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace ld = lightweight_dispatch;
+namespace bench = lightweight_dispatch::bench;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: bench_latency_server [--threads T]
+
+Reads commands from stdin (see benchmarks/latency_server.cpp): load KEY MODE MODEL.ptl INPUTS.pt,
+run KEY, quit. Replies "ok VALUE_MS" or "error MESSAGE", one line each. --threads sets LibTorch's
+intra-op threads for the whole process (default: LibTorch's choice).
+)";
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct Loaded {
+  torch::jit::mobile::Module module;
+  std::vector<c10::IValue> inputs;
+};
+
+class Server {
+ public:
+  std::string handle(const std::string& line) {
+    std::istringstream words(line);
+    std::string command;
+    words >> command;
+    if (command == "load") {
+      std::string key, mode, model_path, inputs_path;
+      words >> key >> mode >> model_path >> inputs_path;
+      if (inputs_path.empty()) {
+        return "error load expects KEY MODE MODEL.ptl INPUTS.pt";
+      }
+      const auto start = Clock::now();
+      auto module = bench::load_module(model_path, bench::parse_mode(mode));
+      const double load_ms = ms_since(start);
+      loaded_.insert_or_assign(key, Loaded{std::move(module), bench::as_ivalues(ld::load_tensor_list(inputs_path))});
+      return "ok " + std::to_string(load_ms);
+    }
+    if (command == "run") {
+      std::string key;
+      words >> key;
+      const auto it = loaded_.find(key);
+      if (it == loaded_.end()) {
+        return "error nothing loaded under '" + key + "'";
+      }
+      const auto start = Clock::now();
+      bench::run_once(it->second.module, it->second.inputs);
+      return "ok " + std::to_string(ms_since(start));
+    }
+    return "error unknown command '" + command + "' (load, run, quit)";
+  }
+
+ private:
+  std::map<std::string, Loaded> loaded_;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--threads" && i + 1 < argc) {
+      at::set_num_threads(std::stoi(argv[++i]));
+    } else {
+      std::cerr << kUsage;
+      return arg == "-h" || arg == "--help" ? 0 : 2;
+    }
+  }
+  Server server;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (line == "quit") {
+      break;
+    }
+    std::string reply;
+    try {
+      reply = server.handle(line);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      reply = "error " + what.substr(0, what.find('\n'));
+    }
+    std::cout << reply << std::endl; // flushed: the client waits for each reply
+  }
+  return 0;
+}

@@ -1,0 +1,301 @@
+"""report.json (every figure with its unit), report.md (the tables) and the plot, from the benchmarks' sections."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.figures import Section, Target, as_json
+from benchmarks.latency import MODES as LATENCY_MODES
+from benchmarks.per_op import MICRO_MODELS
+
+SECTION_NAMES = ("per_op", "latency", "size")
+
+
+def write_json(path: Path, sections: dict[str, Section], environment: dict) -> None:
+    report = {
+        "schema_version": 1,
+        "environment": environment,
+        **{name: as_json(section) for name, section in sections.items()},
+        "targets": [t.__dict__ for s in sections.values() for t in s.targets],
+        "skipped": [s for section in sections.values() for s in section.skipped],
+    }
+    path.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _value(section: Section, name: str, fmt: str = "{:,.0f}") -> str:
+    return fmt.format(section.get(name)) if section.has(name) else "–"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def per_op_table(section: Section) -> list[str]:
+    rows = []
+    for model in MICRO_MODELS:
+        p = f"per_op/{model.name}"
+        if not section.has(f"{p}/floor/instructions_per_op"):
+            continue
+        rows.append([
+            f"`{model.name}`", _value(section, f"{p}/ops_per_forward"), _value(section, f"{p}/floor/instructions_per_op"),
+            _value(section, f"{p}/static/above_floor"), _value(section, f"{p}/dynamic/above_floor"),
+            _value(section, f"{p}/static_to_dynamic_above_floor", "{:.2f}"), _value(section, f"{p}/shared_above_floor"),
+            _value(section, f"{p}/static/own_above_floor"), _value(section, f"{p}/dynamic/own_above_floor"),
+        ])  # fmt: skip
+    return _table(
+        ["micro model", "op calls / forward", "floor (instr/op)", "static above floor", "dynamic above floor",
+         "static / dynamic", "shared by both", "static's own", "dynamic's own"], rows)  # fmt: skip
+
+
+def categories_table(section: Section, model: str) -> list[str]:
+    detail = section.details.get(model)
+    if not detail:
+        return []
+    by_mode = detail["above_floor_by_category"]
+    names = sorted(set(by_mode["static"]) | set(by_mode["dynamic"]), key=lambda n: -by_mode["dynamic"].get(n, 0))
+    rows = [[n, f"{by_mode['static'].get(n, 0):,.0f}", f"{by_mode['dynamic'].get(n, 0):,.0f}"] for n in names]
+    return _table(["instructions per op call above the floor, by where they go", "static", "dynamic"], rows)
+
+
+def top_functions_table(section: Section, model: str, mode: str, count: int = 10) -> list[str]:
+    detail = section.details.get(model)
+    if not detail:
+        return []
+    rows = [[f"`{name[:110]}`", f"{cost:,.0f}"] for name, cost in detail["top_functions_above_floor"][mode][:count]]
+    return _table([f"{mode}: function (self cost)", "instr/op above floor"], rows)
+
+
+def cross_check_lines(section: Section) -> list[str]:
+    p = "per_op/micro_add_loop"
+    if not section.has(f"{p}/static/lite_predictor_instructions_per_op"):
+        return []
+    return [
+        "Cross-check on `lite_predictor` itself (whole program under callgrind, `--iters 1` and `3` differenced): "
+        f"static {section.get(f'{p}/static/lite_predictor_instructions_per_op'):,.0f}, dynamic "
+        f"{section.get(f'{p}/dynamic/lite_predictor_instructions_per_op'):,.0f} instructions per op call "
+        f"(bench_per_op: {section.get(f'{p}/static/instructions_per_op'):,.0f} and "
+        f"{section.get(f'{p}/dynamic/instructions_per_op'):,.0f}).",
+        "",
+    ]
+
+
+def latency_models(section: Section) -> list[str]:
+    models = []
+    for figure in section.figures:
+        name = figure.name.split("/")[1]
+        if name not in models:
+            models.append(name)
+    return models
+
+
+def latency_table(section: Section, statistic: str = "median_ms") -> list[str]:
+    rows = []
+    for model in latency_models(section):
+        for threads in (1, 2):
+            p = f"latency/{model}/threads_{threads}"
+            if not any(section.has(f"{p}/{m}/{statistic}") for m in LATENCY_MODES):
+                continue
+            row = [f"`{model}`", str(threads)] + [_value(section, f"{p}/{m}/{statistic}", "{:.2f}") for m in LATENCY_MODES]
+            if statistic == "median_ms":
+                ratio = _value(section, f"{p}/static_to_dynamic", "{:.3f}")
+                interval = section.get(f"{p}/static_to_dynamic_ci95") if section.has(f"{p}/static_to_dynamic_ci95") else ""
+                row.append(f"{ratio} ({interval})" if interval else ratio)
+            rows.append(row)
+    header = ["model", "threads", "static (ms)", "dynamic (ms)", "Python eager (ms)", "Python lite (ms)"]
+    if statistic == "median_ms":
+        header.append("static / dynamic, per round (95% interval)")
+    return _table(header, rows)
+
+
+def cold_table(section: Section) -> list[str]:
+    rows = []
+    for model in latency_models(section):
+        for mode in LATENCY_MODES:
+            p = f"latency/{model}/cold/{mode}"
+            if section.has(f"{p}/load_ms"):
+                rows.append([f"`{model}`", mode, _value(section, f"{p}/load_ms", "{:.1f}"),
+                             _value(section, f"{p}/first_inference_ms", "{:.1f}"),
+                             _value(section, f"latency/{model}/threads_1/{mode}/load_ms", "{:.1f}")])
+    return _table(["model", "mode", "load, fresh process (ms)", "first inference, fresh process (ms)",
+                   "load, warm process (ms)"], rows)
+
+
+def size_table(section: Section) -> list[str]:
+    rows = []
+    for label, p in (("default selection", "size/selected"), ("`--all-ops`", "size/all_ops")):
+        if not section.has(f"{p}/object_bytes"):
+            continue
+        rows.append([
+            label, _value(section, f"{p}/generated_ops"), _value(section, f"{p}/object_bytes"),
+            _value(section, f"{p}/loadable_bytes"), _value(section, f"{p}/object_bytes_per_op"),
+            _value(section, f"{p}/loadable_bytes_per_op"), _value(section, f"{p}/codegen_s", "{:.1f}"),
+            _value(section, f"{p}/build_span_s", "{:.0f}"), _value(section, f"{p}/compile_s_summed", "{:.0f}"),
+        ])  # fmt: skip
+    return _table(["generated code", "ops", "object bytes", "loadable bytes", "object B/op", "loadable B/op",
+                   "codegen (s)", "build (s, wall)", "compile (s, summed)"], rows)  # fmt: skip
+
+
+def targets_list(targets: list[Target]) -> list[str]:
+    mark = {True: "met", False: "**missed**", None: "not judged"}
+    return [f"- {mark[t.met]}: {t.name} ({t.detail})" for t in targets]
+
+
+def write_markdown(path: Path, sections: dict[str, Section], environment: dict, plot_name: str) -> None:
+    per_op, latency, size = (sections.get(n, Section()) for n in SECTION_NAMES)
+    lines = [
+        "# lightweight dispatch benchmarks",
+        "",
+        f"{environment['generated_at']} · torch {environment['torch']} · {environment['cpus']} CPUs · load average "
+        f"{environment['load_average_start']} at start, {environment['load_average_end']} at end · "
+        f"commit {environment['commit']}",
+        "",
+        f"![benchmarks]({plot_name})",
+        "",
+        "## Targets",
+        "",
+        *targets_list([t for s in sections.values() for t in s.targets]),
+        "",
+        "## 1. Per-op overhead (callgrind, instructions per op call)",
+        "",
+        "Floor: the same kernels called from C++ (`benchmarks/kernel_floor.cpp`). *Shared*: instructions above the floor",
+        "that both modes spend alike (the lite interpreter's instruction loop, its per-op `RecordFunction`, pushing and",
+        "popping IValues); *own*: what each mode adds to call the kernel (generated code and binding, or the dispatcher).",
+        "",
+        *per_op_table(per_op),
+        "",
+        *categories_table(per_op, "micro_add_loop"),
+        "",
+        *top_functions_table(per_op, "micro_add_loop", "static"),
+        "",
+        *top_functions_table(per_op, "micro_add_loop", "dynamic"),
+        "",
+        *cross_check_lines(per_op),
+        "## 2. End-to-end latency (median of interleaved runs after warm-up)",
+        "",
+        "Each round runs all four once, in a fresh random order (static and dynamic adjacent); the ratio is the",
+        "median over rounds of static / dynamic in the same round, with a bootstrap 95% interval. The detection",
+        "heads' `torchvision::` ops run in Python as plain-torch reference implementations (no torchvision beside",
+        "this wheel): their Python columns are not torchvision's speed.",
+        "",
+        *latency_table(latency),
+        "",
+        "Warm caches, for scale: bursts of 5 consecutive runs per mode, bursts interleaved the same way, first run",
+        "of each burst dropped (a single interleaved run follows other processes' runs, which evict the model):",
+        "",
+        *latency_table(latency, "warm_burst_median_ms"),
+        "",
+        "Load and first inference, each in a fresh process (1 thread; `lite_predictor --json` for static and dynamic,",
+        "whose load includes its archive checks), and the load again in the warm benchmark process (LibTorch's loader",
+        "plus, for static, binding):",
+        "",
+        *cold_table(latency),
+        "",
+        "## 3. Size and build time of the generated code",
+        "",
+        *size_table(size),
+        "",
+    ]
+    if size.has("size/lite_predictor/file_bytes"):
+        lines += [
+            f"`lite_predictor` itself: {size.get('size/lite_predictor/file_bytes'):,} bytes "
+            f"({size.get('size/lite_predictor/loadable_bytes'):,} loadable, of which the generated functions "
+            f"{size.get('size/lite_predictor/generated_function_bytes'):,}); it links LibTorch's shared libraries "
+            f"(`libtorch_cpu.so` alone is {size.get('size/libtorch_cpu_so/file_bytes') / 1e6:,.0f} MB).",
+            "",
+        ]
+    notes = [f.note for f in size.figures if f.name == "size/all_ops/object_bytes"]
+    if notes:
+        lines += [f"All-ops figures: {notes[0]}.", ""]
+    skipped = [s for section in sections.values() for s in section.skipped]
+    if skipped:
+        lines += ["## Skipped", "", *(f"- {s}" for s in skipped), ""]
+    path.write_text("\n".join(lines))
+
+
+def plot(path: Path, sections: dict[str, Section]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_op, latency, size = (sections.get(n, Section()) for n in SECTION_NAMES)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1.2, 1.6, 0.7]})
+    for ax, section, draw in ((axes[0], per_op, _plot_per_op), (axes[1], latency, _plot_latency),
+                              (axes[2], size, _plot_size)):
+        if section.figures:
+            draw(ax, section)
+        else:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "not run", ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+STATIC, DYNAMIC, SHARED, GREY, BLUE = "#2b8a3e", "#c92a2a", "#8fb3d9", "#868e96", "#1971c2"
+
+
+def _plot_per_op(ax, section: Section) -> None:
+    from matplotlib.patches import Patch
+
+    models = [m for m in MICRO_MODELS if section.has(f"per_op/{m.name}/floor/instructions_per_op")]
+    for i, model in enumerate(models):
+        p = f"per_op/{model.name}"
+        shared = section.get(f"{p}/shared_above_floor")
+        for offset, mode, color in ((-0.2, "static", STATIC), (0.2, "dynamic", DYNAMIC)):
+            ax.bar(i + offset, shared, 0.38, color=SHARED)
+            ax.bar(i + offset, section.get(f"{p}/{mode}/own_above_floor"), 0.38, bottom=shared, color=color)
+        target = 0.5 * section.get(f"{p}/dynamic/above_floor")
+        ax.hlines(target, i - 0.4, i, colors="black", linestyles="dashed", linewidth=1)
+    labels = [f"{m.name.removeprefix('micro_')}\n(floor {section.get(f'per_op/{m.name}/floor/instructions_per_op'):,.0f})"
+              for m in models]
+    ax.set_xticks(range(len(models)), labels, fontsize=8)
+    ax.set_ylabel("instructions per op call above the kernel floor")
+    ax.set_title("Per-op overhead (callgrind): static | dynamic")
+    ax.legend(handles=[Patch(color=SHARED, label="shared: interpreter, RecordFunction, stack"),
+                       Patch(color=STATIC, label="static's own"), Patch(color=DYNAMIC, label="dynamic's own"),
+                       matplotlib_line("target: half of dynamic's")], fontsize=7, loc="upper right")
+
+
+def matplotlib_line(label: str):
+    from matplotlib.lines import Line2D
+
+    return Line2D([0], [0], color="black", linestyle="dashed", linewidth=1, label=label)
+
+
+def _plot_latency(ax, section: Section) -> None:
+    groups = [(m, t) for m in latency_models(section) for t in (1, 2)
+              if section.has(f"latency/{m}/threads_{t}/dynamic/median_ms")]
+    colors = {"static": STATIC, "python_eager": GREY, "python_lite": BLUE}
+    width = 0.27
+    for i, mode in enumerate(colors):
+        values = []
+        for m, t in groups:
+            p = f"latency/{m}/threads_{t}"
+            values.append(section.get(f"{p}/{mode}/median_ms") / section.get(f"{p}/dynamic/median_ms")
+                          if section.has(f"{p}/{mode}/median_ms") else 0)
+        ax.bar([g + (i - 1) * width for g in range(len(groups))], values, width, label=mode, color=colors[mode])
+    ax.axhline(1.0, color=DYNAMIC, linewidth=1, label="dynamic (= 1)")
+    ax.axhline(1.03, color="black", linestyle="dashed", linewidth=1, label="target for static: 1.03")
+    labels = []
+    for m, t in groups:
+        labels.append(f"{m}\n{t} thr, {section.get(f'latency/{m}/threads_{t}/dynamic/median_ms'):.1f} ms")
+    ax.set_xticks(range(len(groups)), labels, fontsize=7)
+    ax.set_ylabel("median latency / dynamic's median")
+    ax.set_title("End to end, interleaved (x labels: dynamic's median)")
+    ax.legend(fontsize=7)
+
+
+def _plot_size(ax, section: Section) -> None:
+    labels = ["default\nselection", "--all-ops"]
+    values = [section.get("size/selected/object_bytes") / 1e3, section.get("size/all_ops/object_bytes") / 1e3]
+    bars = ax.bar(labels, values, color=[STATIC, GREY])
+    ops = [section.get("size/selected/generated_ops"), section.get("size/all_ops/generated_ops")]
+    for bar, count in zip(bars, ops):
+        ax.annotate(f"{count} ops, {bar.get_height():,.0f} kB", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.axhline(0.02 * values[1], color="black", linestyle="dashed", linewidth=1, label="target: 2% of all-ops")
+    ax.set_ylabel("generated object code (kB)")
+    ax.set_title("Generated code size")
+    ax.legend(fontsize=7)
