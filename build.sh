@@ -72,7 +72,7 @@ case "${1:-}" in
     build_predictor
     say "running the test suite"
     shift
-    "$PY" -m pytest tests "$@"
+    "$PY" -m pytest tests benchmarks/test_benchmarks.py "$@"
     ;;
   all-ops)
     setup_venv
