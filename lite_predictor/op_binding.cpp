@@ -54,9 +54,18 @@ std::function<void(Stack&)> with_defaults(
     }
     defaults.push_back(*default_value);
   }
+  if (num_out == 0 && defaults.size() == 1) {
+    // The common case (add's alpha): one push_back is cheaper than a range insert.
+    return [kernel, value = std::move(defaults.front())](Stack& stack) {
+      stack.push_back(value);
+      kernel(stack);
+    };
+  }
   if (num_out == 0) {
     return [kernel, defaults = std::move(defaults)](Stack& stack) {
-      stack.insert(stack.end(), defaults.begin(), defaults.end());
+      for (const c10::IValue& value : defaults) {
+        stack.push_back(value);
+      }
       kernel(stack);
     };
   }
