@@ -20,7 +20,6 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 namespace ld = lightweight_dispatch;
@@ -66,12 +65,6 @@ std::string printable_first_line(const std::string& text) {
     }
   }
   return line;
-}
-
-std::string describe(const at::Tensor& t) {
-  std::ostringstream out;
-  out << t.scalar_type() << t.sizes();
-  return out.str();
 }
 
 torch::jit::mobile::Module load_model(const std::string& path, ld::DispatchMode mode) {
@@ -137,8 +130,8 @@ void check_against_example_inputs(
     if (inputs[i].scalar_type() != examples[i].scalar_type() || inputs[i].dim() != examples[i].dim()) {
       throw Failure{
           kBadInputs,
-          source + ": input " + std::to_string(i) + " is " + describe(inputs[i]) + ", but the model was exported " +
-              "with " + describe(examples[i]) + " (" + example_path + ")"};
+          source + ": input " + std::to_string(i) + " is " + ld::describe_tensor(inputs[i]) + ", but the model was exported " +
+              "with " + ld::describe_tensor(examples[i]) + " (" + example_path + ")"};
     }
   }
 }

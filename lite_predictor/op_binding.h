@@ -51,9 +51,6 @@ class KernelIndex {
   explicit KernelIndex(c10::ArrayRef<GeneratedKernel> kernels);
   const GeneratedKernel* find(const std::string& op_name) const;
   const c10::FunctionSchema& schema(const GeneratedKernel& kernel) const;
-  size_t size() const {
-    return by_name_.size();
-  }
 
  private:
   struct Entry {

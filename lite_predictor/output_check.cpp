@@ -8,15 +8,11 @@
 
 namespace lightweight_dispatch {
 
-namespace {
-
-std::string describe(const at::Tensor& t) {
+std::string describe_tensor(const at::Tensor& t) {
   std::ostringstream out;
   out << t.scalar_type() << t.sizes();
   return out.str();
 }
-
-} // namespace
 
 Comparison compare_outputs(
     const std::vector<at::Tensor>& actual,
@@ -35,7 +31,7 @@ Comparison compare_outputs(
     const at::Tensor& e = expected[i];
     if (a.scalar_type() != e.scalar_type() || a.sizes() != e.sizes()) {
       result.fits = false;
-      result.mismatch = "output " + std::to_string(i) + " is " + describe(a) + ", the reference is " + describe(e);
+      result.mismatch = "output " + std::to_string(i) + " is " + describe_tensor(a) + ", the reference is " + describe_tensor(e);
       return result;
     }
     if (a.numel() == 0) {

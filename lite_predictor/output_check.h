@@ -23,6 +23,9 @@ Comparison compare_outputs(
     double atol,
     double rtol);
 
+// "Float[3, 4]": a tensor's dtype and shape, as messages show them.
+std::string describe_tensor(const at::Tensor& t);
+
 // Same count, dtypes, shapes and bytes.
 bool identical_outputs(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 

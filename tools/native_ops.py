@@ -8,7 +8,7 @@ kernel's C++ signature, and records why an op cannot be generated instead of fai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import torchgen
@@ -154,7 +154,9 @@ class NativeCatalog:
         return sum(1 for op in self.ops.values() if op.kernel is not None)
 
 
+@lru_cache(maxsize=4)
 def load_native_catalog(native_dir: Path | None = None) -> NativeCatalog:
+    """Parsed once per directory and process: parsing native_functions.yaml takes about a second."""
     directory = native_dir or torchgen_native_dir()
     parsed = parse_native_yaml(str(directory / "native_functions.yaml"), str(directory / "tags.yaml"))
     by_name = {str(f.func.name): f for f in parsed.native_functions}

@@ -31,17 +31,6 @@ class SelectedOp:
     name: str
     used_by: tuple[str, ...] = ()
 
-    @property
-    def namespace(self) -> str:
-        return self.name.split("::", 1)[0]
-
-    @property
-    def base_and_overload(self) -> tuple[str, str]:
-        """("add", "Tensor") for aten::add.Tensor; ("hardtanh_", "") for aten::hardtanh_."""
-        unqualified = self.name.split("::", 1)[1]
-        base, _, overload = unqualified.partition(".")
-        return base, overload
-
 
 @dataclass(frozen=True)
 class OpSelection:
