@@ -15,19 +15,31 @@ Mode parse_mode(const std::string& text) {
   if (text == "static") {
     return Mode::Static;
   }
+  if (text == "static_stock") {
+    return Mode::StaticStock;
+  }
   if (text == "dynamic") {
     return Mode::Dynamic;
   }
-  throw std::runtime_error("unknown dispatch mode '" + text + "' (expected static or dynamic)");
+  throw std::runtime_error("unknown mode '" + text + "' (expected static, static_stock or dynamic)");
 }
 
 const char* mode_name(Mode mode) {
-  return mode == Mode::Static ? "static" : "dynamic";
+  switch (mode) {
+    case Mode::Static:
+      return "static";
+    case Mode::StaticStock:
+      return "static_stock";
+    case Mode::Dynamic:
+      return "dynamic";
+  }
+  return "unknown";
 }
 
-torch::jit::mobile::Module load_module(const std::string& path, Mode mode) {
+std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode) {
   // As lite_predictor: static mode skips the stock operator check, binding checks every op itself.
-  const uint64_t options = mode == Mode::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
+  const bool bind = mode != Mode::Dynamic;
+  const uint64_t options = bind ? 0 : torch::jit::kDefaultMobileLoadOptions;
   if (mode == Mode::Dynamic) {
     // As lite_predictor: the stock interpreter resolves ops through the dispatcher, which must know the
     // project's own (torchvision::*) ops. Idempotent.
@@ -42,7 +54,7 @@ torch::jit::mobile::Module load_module(const std::string& path, Mode mode) {
       throw std::runtime_error(path + ": cannot load: " + what.substr(0, what.find('\n')));
     }
   }();
-  if (mode == Mode::Static) {
+  if (bind) {
     // Parsed once per process (every schema in the table), as lite_predictor does once per run.
     static const KernelIndex index(generated_kernels());
     try {
@@ -51,12 +63,20 @@ torch::jit::mobile::Module load_module(const std::string& path, Mode mode) {
       throw std::runtime_error(path + ": " + e.what());
     }
   }
-  return module;
+  auto model = std::make_unique<LoadedModel>(LoadedModel{std::move(module), nullptr});
+  if (mode == Mode::Static) {
+    try {
+      model->interpreter = std::make_unique<BytecodeInterpreter>(model->module, "forward");
+    } catch (const BytecodeError& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+  return model;
 }
 
-c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs) {
+c10::IValue run_once(LoadedModel& model, const std::vector<c10::IValue>& inputs) {
   c10::InferenceMode inference_mode;
-  return module.forward(inputs);
+  return model.interpreter ? model.interpreter->run(inputs) : model.module.forward(inputs);
 }
 
 std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors) {

@@ -1,27 +1,39 @@
 // Loading a lite-interpreter model the way lite_predictor does, for the benchmark programs.
 #pragma once
 
+#include <lite_predictor/bytecode_interpreter.h>
+
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/jit/mobile/module.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace lightweight_dispatch::bench {
 
-// "static": the stock loader without its operator check, then every call site re-bound to its
-// generated kernel (lite_predictor --dispatch static). "dynamic": the stock loader and interpreter.
+// "static": the stock loader without its operator check, every call site re-bound to its generated
+// kernel, run by lite_predictor's own interpreter loop (lite_predictor's default).
+// "static_stock": the same bound module run by LibTorch's stock interpreter loop (--interpreter stock),
+// which separates what the loop costs from what the kernel call costs.
+// "dynamic": the stock loader and interpreter, operators through the dispatcher.
 // "floor" is not a module: see kernel_floor.h.
-enum class Mode { Static, Dynamic };
+enum class Mode { Static, StaticStock, Dynamic };
 
 Mode parse_mode(const std::string& text);
 const char* mode_name(Mode mode);
 
-// Loads and, for Mode::Static, binds. Throws std::runtime_error naming the file and the reason.
-torch::jit::mobile::Module load_module(const std::string& path, Mode mode);
+// A loaded (and for the static modes, bound) model with the loop that runs its forward.
+struct LoadedModel {
+  torch::jit::mobile::Module module;
+  std::unique_ptr<BytecodeInterpreter> interpreter; // null: the stock interpreter
+};
+
+// Throws std::runtime_error naming the file and the reason.
+std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode);
 
 // One inference, as lite_predictor runs it: under InferenceMode, inputs copied onto a fresh stack.
-c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs);
+c10::IValue run_once(LoadedModel& model, const std::vector<c10::IValue>& inputs);
 
 std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors);
 

@@ -32,7 +32,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: bench_per_op MODEL --models-dir DIR [--iters K1,K2] [--warmup W] [--modes M,...]
 
 Runs micro model MODEL (DIR/MODEL.ptl with DIR/MODEL.inputs.pt) under each mode -- static (generated
-kernels), dynamic (the stock interpreter and dispatcher), floor (the same kernels called from C++) --
+kernels, lite_predictor's own interpreter loop), static_stock (generated kernels, the stock loop),
+dynamic (the stock interpreter and dispatcher), floor (the same kernels called from C++) --
 checks every mode's outputs against DIR/MODEL.expected.pt, then for each mode and K runs K forward
 passes between callgrind client requests that zero the counters and dump them as "MODEL|MODE|K".
 Runs with one intra-op thread. Prints one JSON object. Run it under valgrind --tool=callgrind
@@ -42,7 +43,7 @@ options:
   --models-dir DIR  where dump_ops.py wrote the models (required)
   --iters K1,K2     forward passes per measurement (default 2,5)
   --warmup W        uninstrumented forward passes per mode first (default 2)
-  --modes M,...     any of static, dynamic, floor (default all three)
+  --modes M,...     any of static, static_stock, dynamic, floor (default all four)
 )";
 
 struct Args {
@@ -50,7 +51,7 @@ struct Args {
   std::string models_dir;
   std::vector<int> iters{2, 5};
   int warmup = 2;
-  std::vector<std::string> modes{"static", "dynamic", "floor"};
+  std::vector<std::string> modes{"static", "static_stock", "dynamic", "floor"};
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -109,9 +110,9 @@ Runner make_runner(const std::string& mode, const Args& args, const std::vector<
     };
   }
   const std::string path = args.models_dir + "/" + args.model + ".ptl";
-  auto module = std::make_shared<torch::jit::mobile::Module>(bench::load_module(path, bench::parse_mode(mode)));
+  std::shared_ptr<bench::LoadedModel> model = bench::load_model(path, bench::parse_mode(mode));
   auto ivalues = std::make_shared<std::vector<c10::IValue>>(bench::as_ivalues(inputs));
-  return [module, ivalues] { return ld::flatten_outputs(bench::run_once(*module, *ivalues)); };
+  return [model, ivalues] { return ld::flatten_outputs(bench::run_once(*model, *ivalues)); };
 }
 
 // The largest absolute difference from the expected outputs; infinity when shapes or counts differ.

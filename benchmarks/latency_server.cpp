@@ -15,6 +15,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -37,7 +38,7 @@ double ms_since(Clock::time_point start) {
 }
 
 struct Loaded {
-  torch::jit::mobile::Module module;
+  std::unique_ptr<bench::LoadedModel> model;
   std::vector<c10::IValue> inputs;
 };
 
@@ -54,9 +55,9 @@ class Server {
         return "error load expects KEY MODE MODEL.ptl INPUTS.pt";
       }
       const auto start = Clock::now();
-      auto module = bench::load_module(model_path, bench::parse_mode(mode));
+      auto model = bench::load_model(model_path, bench::parse_mode(mode));
       const double load_ms = ms_since(start);
-      loaded_.insert_or_assign(key, Loaded{std::move(module), bench::as_ivalues(ld::load_tensor_list(inputs_path))});
+      loaded_.insert_or_assign(key, Loaded{std::move(model), bench::as_ivalues(ld::load_tensor_list(inputs_path))});
       return "ok " + std::to_string(load_ms);
     }
     if (command == "run") {
@@ -67,7 +68,7 @@ class Server {
         return "error nothing loaded under '" + key + "'";
       }
       const auto start = Clock::now();
-      bench::run_once(it->second.module, it->second.inputs);
+      bench::run_once(*it->second.model, it->second.inputs);
       return "ok " + std::to_string(ms_since(start));
     }
     return "error unknown command '" + command + "' (load, run, quit)";

@@ -39,13 +39,14 @@ def per_op_table(section: Section) -> list[str]:
             continue
         rows.append([
             f"`{model.name}`", _value(section, f"{p}/ops_per_forward"), _value(section, f"{p}/floor/instructions_per_op"),
-            _value(section, f"{p}/static/above_floor"), _value(section, f"{p}/dynamic/above_floor"),
-            _value(section, f"{p}/static_to_dynamic_above_floor", "{:.2f}"), _value(section, f"{p}/shared_above_floor"),
-            _value(section, f"{p}/static/own_above_floor"), _value(section, f"{p}/dynamic/own_above_floor"),
+            _value(section, f"{p}/static/above_floor"), _value(section, f"{p}/static_stock/above_floor"),
+            _value(section, f"{p}/dynamic/above_floor"), _value(section, f"{p}/static_to_dynamic_above_floor", "{:.2f}"),
+            _value(section, f"{p}/static_stock_to_dynamic_above_floor", "{:.2f}"),
         ])  # fmt: skip
     return _table(
-        ["micro model", "op calls / forward", "floor (instr/op)", "static above floor", "dynamic above floor",
-         "static / dynamic", "shared by both", "static's own", "dynamic's own"], rows)  # fmt: skip
+        ["micro model", "op calls / forward", "floor (instr/op)", "static above floor",
+         "static kernels, stock loop", "dynamic above floor", "static / dynamic", "static kernels in stock loop / dynamic"],
+        rows)  # fmt: skip
 
 
 def categories_table(section: Section, model: str) -> list[str]:
@@ -53,9 +54,10 @@ def categories_table(section: Section, model: str) -> list[str]:
     if not detail:
         return []
     by_mode = detail["above_floor_by_category"]
-    names = sorted(set(by_mode["static"]) | set(by_mode["dynamic"]), key=lambda n: -by_mode["dynamic"].get(n, 0))
-    rows = [[n, f"{by_mode['static'].get(n, 0):,.0f}", f"{by_mode['dynamic'].get(n, 0):,.0f}"] for n in names]
-    return _table(["instructions per op call above the floor, by where they go", "static", "dynamic"], rows)
+    modes = [m for m in ("static", "static_stock", "dynamic") if m in by_mode]
+    names = sorted(set().union(*(by_mode[m] for m in modes)), key=lambda n: -by_mode["dynamic"].get(n, 0))
+    rows = [[n, *(f"{by_mode[m].get(n, 0):,.0f}" for m in modes)] for n in names]
+    return _table(["instructions per op call above the floor, by where they go", *modes], rows)
 
 
 def top_functions_table(section: Section, model: str, mode: str, count: int = 10) -> list[str]:
@@ -240,22 +242,21 @@ def _plot_per_op(ax, section: Section) -> None:
     from matplotlib.patches import Patch
 
     models = [m for m in MICRO_MODELS if section.has(f"per_op/{m.name}/floor/instructions_per_op")]
+    bars = ((-0.27, "static", STATIC), (0.0, "static_stock", SHARED), (0.27, "dynamic", DYNAMIC))
     for i, model in enumerate(models):
         p = f"per_op/{model.name}"
-        shared = section.get(f"{p}/shared_above_floor")
-        for offset, mode, color in ((-0.2, "static", STATIC), (0.2, "dynamic", DYNAMIC)):
-            ax.bar(i + offset, shared, 0.38, color=SHARED)
-            ax.bar(i + offset, section.get(f"{p}/{mode}/own_above_floor"), 0.38, bottom=shared, color=color)
+        for offset, mode, color in bars:
+            ax.bar(i + offset, section.get(f"{p}/{mode}/above_floor"), 0.26, color=color)
         target = 0.5 * section.get(f"{p}/dynamic/above_floor")
-        ax.hlines(target, i - 0.4, i, colors="black", linestyles="dashed", linewidth=1)
+        ax.hlines(target, i - 0.4, i + 0.4, colors="black", linestyles="dashed", linewidth=1)
     labels = [f"{m.name.removeprefix('micro_')}\n(floor {section.get(f'per_op/{m.name}/floor/instructions_per_op'):,.0f})"
               for m in models]
     ax.set_xticks(range(len(models)), labels, fontsize=8)
     ax.set_ylabel("instructions per op call above the kernel floor")
-    ax.set_title("Per-op overhead (callgrind): static | dynamic")
-    ax.legend(handles=[Patch(color=SHARED, label="shared: interpreter, RecordFunction, stack"),
-                       Patch(color=STATIC, label="static's own"), Patch(color=DYNAMIC, label="dynamic's own"),
-                       matplotlib_line("target: half of dynamic's")], fontsize=7, loc="upper right")
+    ax.set_title("Per-op overhead (callgrind)")
+    ax.legend(handles=[Patch(color=STATIC, label="static (lite_predictor's loop)"),
+                       Patch(color=SHARED, label="static kernels, stock loop"), Patch(color=DYNAMIC, label="dynamic"),
+                       matplotlib_line("target for static: half of dynamic's")], fontsize=7, loc="upper left")
 
 
 def matplotlib_line(label: str):

@@ -28,6 +28,10 @@ int parse_int(const std::string& flag, const std::string& text, int minimum) {
 
 } // namespace
 
+const char* interpreter_name(InterpreterKind kind) {
+  return kind == InterpreterKind::Lightweight ? "lightweight" : "stock";
+}
+
 std::string usage_text() {
   return R"(usage: lite_predictor MODEL.ptl [options]
 
@@ -44,6 +48,9 @@ options:
   --warmup N         untimed runs after the first (default 1)
   --threads T        intra-op threads (default: LibTorch's choice)
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
+  --interpreter I    the loop that runs the bytecode: lightweight (lite_predictor's own, checks the
+                     bytecode once at load) or stock (LibTorch's InterpreterState); default:
+                     lightweight with --dispatch static, stock with --dispatch dynamic
   --parallel K       after the normal runs, run the same loaded module from K threads at once, each
                      for --iters runs; report throughput and whether every output was identical
   --in-process       run in this process; by default the work runs in a child process so that a
@@ -64,6 +71,7 @@ exit codes: 0 ok (outputs match, or nothing to compare), 1 outputs differ, 2 usa
 Options parse_options(const std::vector<std::string>& args, bool static_dispatch_available) {
   Options options;
   options.dispatch = static_dispatch_available ? DispatchMode::Static : DispatchMode::Dynamic;
+  std::optional<InterpreterKind> interpreter;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -105,6 +113,15 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       } else {
         throw UsageError("--dispatch expects 'static' or 'dynamic', got '" + mode + "'");
       }
+    } else if (arg == "--interpreter") {
+      const std::string& kind = value();
+      if (kind == "lightweight") {
+        interpreter = InterpreterKind::Lightweight;
+      } else if (kind == "stock") {
+        interpreter = InterpreterKind::Stock;
+      } else {
+        throw UsageError("--interpreter expects 'lightweight' or 'stock', got '" + kind + "'");
+      }
     } else if (arg == "--parallel") {
       options.parallel = parse_int(arg, value(), 1);
     } else if (arg == "--in-process") {
@@ -119,6 +136,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       positional.push_back(arg);
     }
   }
+  options.interpreter = interpreter.value_or(
+      options.dispatch == DispatchMode::Static ? InterpreterKind::Lightweight : InterpreterKind::Stock);
   if (options.help || (options.list_ops && positional.empty())) {
     return options;
   }

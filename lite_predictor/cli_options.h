@@ -10,6 +10,11 @@ namespace lightweight_dispatch {
 
 enum class DispatchMode { Static, Dynamic };
 
+// Which loop runs the bytecode: lite_predictor's own (BytecodeInterpreter) or LibTorch's stock one.
+enum class InterpreterKind { Lightweight, Stock };
+
+const char* interpreter_name(InterpreterKind kind);
+
 struct Options {
   std::string model_path;
   std::optional<std::string> input_path;
@@ -21,6 +26,8 @@ struct Options {
   int warmup = 1;
   int threads = 0; // 0: leave LibTorch's default
   DispatchMode dispatch = DispatchMode::Static;
+  // Default: Lightweight with static dispatch, Stock with dynamic (the unmodified stock runtime).
+  InterpreterKind interpreter = InterpreterKind::Lightweight;
   int parallel = 0; // > 0: also run from this many threads at once on the one loaded module
   bool in_process = false; // no crash-guard child process (for debuggers and profilers)
   bool json = false;

@@ -1,4 +1,5 @@
 // lite_predictor: load a lite-interpreter model, bind its operators, run, compare, time, report.
+#include <lite_predictor/bytecode_interpreter.h>
 #include <lite_predictor/cli_options.h>
 #include <lite_predictor/crash_guard.h>
 #include <lite_predictor/kernel_table.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 namespace ld = lightweight_dispatch;
@@ -166,12 +168,34 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
   return {std::vector<c10::IValue>(tensors.begin(), tensors.end()), source};
 }
 
-c10::IValue run_once(torch::jit::mobile::Module& module, const std::vector<c10::IValue>& inputs) {
+// A loaded, bound model and the loop that runs its forward method.
+struct RunnableModel {
+  torch::jit::mobile::Module module;
+  std::unique_ptr<ld::BytecodeInterpreter> interpreter; // null: LibTorch's stock interpreter
+
+  c10::IValue forward(const std::vector<c10::IValue>& inputs) {
+    return interpreter ? interpreter->run(inputs) : module.forward(inputs);
+  }
+};
+
+std::unique_ptr<ld::BytecodeInterpreter> prepare_interpreter(
+    const torch::jit::mobile::Module& module, const ld::Options& options) {
+  if (options.interpreter == ld::InterpreterKind::Stock) {
+    return nullptr;
+  }
+  try {
+    return std::make_unique<ld::BytecodeInterpreter>(module, "forward");
+  } catch (const ld::BytecodeError& e) {
+    throw Failure{kCannotLoad, options.model_path + ": " + printable_first_line(e.what())};
+  }
+}
+
+c10::IValue run_once(RunnableModel& model, const std::vector<c10::IValue>& inputs) {
   // Inference, as a deployed model runs and as the reference outputs were computed (under no_grad):
   // grad mode also picks fused inference paths in some ops (transformer layers).
   c10::InferenceMode inference_mode;
   try {
-    return module.forward(inputs);
+    return model.forward(inputs);
   } catch (const std::exception& e) {
     throw Failure{
         kRunFailed,
@@ -189,7 +213,7 @@ std::vector<at::Tensor> flatten(const c10::IValue& output) {
 }
 
 void time_steady_state(
-    torch::jit::mobile::Module& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+    RunnableModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
   for (int i = 0; i < options.warmup; ++i) {
     run_once(module, inputs.values);
   }
@@ -208,7 +232,7 @@ void time_steady_state(
 // K threads share the one loaded, bound module; each runs it --iters times and compares every
 // output with the single-threaded one, bit for bit.
 void run_parallel(
-    torch::jit::mobile::Module& module,
+    RunnableModel& module,
     const Inputs& inputs,
     const std::vector<at::Tensor>& reference,
     const ld::Options& options,
@@ -274,6 +298,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   ld::RunReport report;
   report.model = options.model_path;
   report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
+  report.interpreter = ld::interpreter_name(options.interpreter);
   report.threads = options.threads;
   report.iters = options.iters;
 
@@ -284,10 +309,11 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
     ld::register_custom_ops_with_dispatcher();
   }
   const auto load_start = Clock::now();
-  torch::jit::mobile::Module module = load_model(options.model_path, options.dispatch);
-  report.ops = bind(module, options);
+  RunnableModel module{load_model(options.model_path, options.dispatch), nullptr};
+  report.ops = bind(module.module, options);
+  module.interpreter = prepare_interpreter(module.module, options);
   report.load_ms = ms_since(load_start);
-  const Inputs inputs = resolve_inputs(options, module);
+  const Inputs inputs = resolve_inputs(options, module.module);
   report.input_source = inputs.source;
 
   phase.enter(ld::Phase::Running);

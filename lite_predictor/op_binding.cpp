@@ -85,7 +85,7 @@ std::string join(const std::set<std::string>& names) {
 
 template <typename Visit>
 void for_each_function(const torch::jit::mobile::Module& module, Visit visit) {
-  for (const auto& function : module.compilation_unit().methods()) {
+  for (torch::jit::mobile::Function* function : functions_to_run(module)) {
     visit(*function);
   }
 }
@@ -99,6 +99,29 @@ BindingReport sorted_report(const std::map<std::string, OpPath>& paths) {
 }
 
 } // namespace
+
+std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mobile::Module& module) {
+  std::vector<torch::jit::mobile::Function*> functions;
+  std::set<const torch::jit::mobile::Function*> seen;
+  const auto add = [&](torch::jit::mobile::Function* function) {
+    if (function && seen.insert(function).second) {
+      functions.push_back(function);
+    }
+  };
+  for (const auto& function : module.compilation_unit().methods()) {
+    add(function.get());
+  }
+  for (size_t i = 0; i < functions.size(); ++i) { // grows while it is walked
+    const auto& code = functions[i]->get_code();
+    for (const auto& instruction : code.instructions_) {
+      if (instruction.op == torch::jit::CALL && instruction.X >= 0 &&
+          static_cast<size_t>(instruction.X) < code.functions_.size()) {
+        add(code.functions_[instruction.X]);
+      }
+    }
+  }
+  return functions;
+}
 
 const char* op_path_name(OpPath path) {
   switch (path) {

@@ -68,6 +68,11 @@ BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex&
 // Dynamic dispatch: leave the stock interpreter's bindings and report which path each op takes.
 BindingReport describe_dynamic(const torch::jit::mobile::Module& module);
 
+// Every function `module` can run: its compilation unit's methods and, transitively, every function a
+// CALL instruction names (operator upgraders the loader attached to old models). Upgraders attached but
+// never called are left out: their operators are never bound.
+std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mobile::Module& module);
+
 // "aten::add.Tensor" from an OperatorName.
 std::string op_display_name(const c10::OperatorName& name);
 

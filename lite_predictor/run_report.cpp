@@ -49,7 +49,7 @@ std::map<std::string, int> count_by_path(const std::vector<OpUse>& ops) {
 
 void print_text(std::ostream& out, const RunReport& report) {
   out << "model:     " << report.model << "\n";
-  out << "dispatch:  " << report.dispatch << "\n";
+  out << "dispatch:  " << report.dispatch << ", " << report.interpreter << " interpreter\n";
   out << "operators: " << report.ops.size();
   const char* separator = " (";
   for (const auto& [path, count] : count_by_path(report.ops)) {
@@ -89,6 +89,7 @@ void print_text(std::ostream& out, const RunReport& report) {
 void print_json(std::ostream& out, const RunReport& report) {
   out << std::setprecision(17);
   out << "{\"model\": " << json_string(report.model) << ", \"dispatch\": " << json_string(report.dispatch)
+      << ", \"interpreter\": " << json_string(report.interpreter)
       << ", \"ops\": [";
   for (size_t i = 0; i < report.ops.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << json_string(report.ops[i].name)

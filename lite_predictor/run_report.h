@@ -13,6 +13,7 @@ namespace lightweight_dispatch {
 struct RunReport {
   std::string model;
   std::string dispatch; // "static" or "dynamic"
+  std::string interpreter; // "lightweight" or "stock"
   std::vector<OpUse> ops;
   std::string input_source;
   std::optional<std::string> expected_source;
