@@ -55,7 +55,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode) {
     }
   }();
   if (bind) {
-    // Parsed once per process (every schema in the table), as lite_predictor does once per run.
+    // Built once per process; binding parses the schemas of the ops the model calls, as lite_predictor does.
     static const KernelIndex index(generated_kernels());
     try {
       bind_static(module, index);

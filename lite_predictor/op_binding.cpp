@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/mobile/function.h>
 
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <sstream>
 
@@ -141,31 +142,35 @@ std::string op_display_name(const c10::OperatorName& name) {
 
 KernelIndex::KernelIndex(c10::ArrayRef<GeneratedKernel> kernels) {
   for (const auto& kernel : kernels) {
-    by_name_.emplace(kernel.op_name, Entry{&kernel, torch::jit::parseSchema(kernel.schema)});
+    by_name_.emplace(kernel.op_name, &kernel);
   }
 }
 
 const GeneratedKernel* KernelIndex::find(const std::string& op_name) const {
   auto it = by_name_.find(op_name);
-  return it == by_name_.end() ? nullptr : it->second.kernel;
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
-const c10::FunctionSchema& KernelIndex::schema(const GeneratedKernel& kernel) const {
-  return by_name_.at(kernel.op_name).schema;
+c10::FunctionSchema parse_kernel_schema(const GeneratedKernel& kernel) {
+  return torch::jit::parseSchema(kernel.schema);
 }
 
 BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex& index) {
   std::map<std::string, OpPath> paths;
   std::set<std::string> not_in_build;
   std::set<std::string> unresolved;
+  std::unordered_map<std::string, c10::FunctionSchema> schemas; // parsed once per operator the model calls
   for_each_function(module, [&](torch::jit::mobile::Function& function) {
     auto& code = function.get_code();
     code.operators_.resize(code.op_names_.size());
     for (size_t i = 0; i < code.op_names_.size(); ++i) {
       const std::string name = op_display_name(code.op_names_[i]);
       if (const GeneratedKernel* kernel = index.find(name)) {
-        code.operators_[i] =
-            with_defaults(kernel->unboxed, index.schema(*kernel), code.operator_input_sizes_[i], name);
+        auto schema = schemas.find(name);
+        if (schema == schemas.end()) {
+          schema = schemas.emplace(name, parse_kernel_schema(*kernel)).first;
+        }
+        code.operators_[i] = with_defaults(kernel->unboxed, schema->second, code.operator_input_sizes_[i], name);
         paths[name] = OpPath::Static;
       } else if (dispatcher_knows(code.op_names_[i])) {
         not_in_build.insert(name);

@@ -44,21 +44,19 @@ class BindingError : public std::runtime_error {
   std::vector<std::string> ops_;
 };
 
-// The generated kernels by operator name, with their parsed schemas. Built once; read-only afterwards,
-// so one index (and the call sites bound from it) can be shared by threads.
+// The generated kernels by operator name. Built once; read-only afterwards, so one index (and the call
+// sites bound from it) can be shared by threads. Schemas are parsed only for the operators a model calls.
 class KernelIndex {
  public:
   explicit KernelIndex(c10::ArrayRef<GeneratedKernel> kernels);
   const GeneratedKernel* find(const std::string& op_name) const;
-  const c10::FunctionSchema& schema(const GeneratedKernel& kernel) const;
 
  private:
-  struct Entry {
-    const GeneratedKernel* kernel;
-    c10::FunctionSchema schema;
-  };
-  std::unordered_map<std::string, Entry> by_name_;
+  std::unordered_map<std::string, const GeneratedKernel*> by_name_;
 };
+
+// The kernel's schema, parsed from the string its table row carries (throws on a malformed one).
+c10::FunctionSchema parse_kernel_schema(const GeneratedKernel& kernel);
 
 // Static dispatch: re-bind every call site of a native operator in every function of `module` to
 // its generated kernel. Throws BindingError naming every native operator the build lacks and every
