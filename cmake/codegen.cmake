@@ -37,9 +37,16 @@ function(lightweight_dispatch_generate_kernels)
     COMMENT "Generating statically dispatched kernels (${ARG_TARGET})"
     VERBATIM)
   add_custom_target(${ARG_TARGET}_codegen DEPENDS "${_stamp}")
+  # The conversions every generated shard calls (lite_predictor/unboxing_helpers.h), compiled once for
+  # all generated-kernel libraries of the build rather than inlined into every shard.
+  if(NOT TARGET lightweight_dispatch_unboxing_helpers)
+    add_library(lightweight_dispatch_unboxing_helpers STATIC "${_root}/lite_predictor/unboxing_helpers.cpp")
+    target_include_directories(lightweight_dispatch_unboxing_helpers PUBLIC "${_root}")
+    target_link_libraries(lightweight_dispatch_unboxing_helpers PUBLIC ${TORCH_LIBRARIES})
+  endif()
   add_library(${ARG_TARGET} STATIC ${_sources})
   add_dependencies(${ARG_TARGET} ${ARG_TARGET}_codegen)
   target_include_directories(${ARG_TARGET} PUBLIC "${_root}")
   # The project's own kernels (custom_ops.yaml), which generated code calls directly.
-  target_link_libraries(${ARG_TARGET} PUBLIC torchvision_kernels ${TORCH_LIBRARIES})
+  target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch_unboxing_helpers torchvision_kernels ${TORCH_LIBRARIES})
 endfunction()

@@ -68,7 +68,7 @@ def test_cuda_only_op_is_unsupported_with_reason(catalog: NativeCatalog) -> None
 
 def test_sized_int_list_is_read_into_a_dim_vector() -> None:
     unboxed = unbox_argument("stride", Type.parse("SymInt[2]"), "args[3]", mutable=False, cpp_param_type="at::IntArrayRef")
-    assert unboxed.statements == ("const at::DimVector stride = args[3].toDimVector();",)
+    assert unboxed.statements == ("const at::DimVector stride = to_dim_vector(args[3]);",)
 
 
 def test_mutable_tensor_is_bound_by_non_const_reference() -> None:
@@ -88,7 +88,7 @@ def test_tensor_list_uses_the_ivalue_list_for_itensorlistref() -> None:
     unboxed = unbox_argument(
         "tensors", Type.parse("Tensor[]"), "args[0]", mutable=False, cpp_param_type="const at::ITensorListRef &"
     )
-    assert unboxed.statements == ("const c10::List<at::Tensor> tensors = args[0].toTensorList();",)
+    assert unboxed.statements == ("const c10::List<at::Tensor> tensors = to_tensor_list(args[0]);",)
 
 
 def test_unknown_type_is_reported_not_guessed() -> None:

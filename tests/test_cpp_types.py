@@ -19,54 +19,54 @@ UNBOXING_CASES: list[tuple[str, bool, str, tuple[str, ...]]] = [
     ("Tensor", False, "const at::Tensor &", ("const at::Tensor& x = args[0].toTensor();",)),
     ("Tensor", True, "at::Tensor &", ("at::Tensor& x = args[0].toTensor();",)),
     ("Tensor?", False, "const ::std::optional<at::Tensor> &",
-     ("const std::optional<at::Tensor> x = args[0].toOptional<at::Tensor>();",)),
-    ("Tensor[]", False, "at::TensorList", ("const std::vector<at::Tensor> x = args[0].toTensorVector();",)),
-    ("Tensor[]", True, "at::TensorList", ("const std::vector<at::Tensor> x = args[0].toTensorVector();",)),
+     ("const std::optional<at::Tensor> x = to_optional_tensor(args[0]);",)),
+    ("Tensor[]", False, "at::TensorList", ("const std::vector<at::Tensor> x = to_tensor_vector(args[0]);",)),
+    ("Tensor[]", True, "at::TensorList", ("const std::vector<at::Tensor> x = to_tensor_vector(args[0]);",)),
     ("Tensor?[]", False, "const c10::List<::std::optional<at::Tensor>> &",
      ("const c10::List<std::optional<at::Tensor>> x = optional_tensor_list(args[0]);",)),
-    ("int", False, "int64_t", ("const int64_t x = args[0].toInt();",)),
-    ("SymInt", False, "int64_t", ("const int64_t x = args[0].toInt();",)),
-    ("int?", False, "::std::optional<int64_t>", ("const std::optional<int64_t> x = args[0].toOptional<int64_t>();",)),
+    ("int", False, "int64_t", ("const int64_t x = to_int(args[0]);",)),
+    ("SymInt", False, "int64_t", ("const int64_t x = to_int(args[0]);",)),
+    ("int?", False, "::std::optional<int64_t>", ("const std::optional<int64_t> x = to_optional_int(args[0]);",)),
     ("SymInt?", False, "::std::optional<int64_t>",
-     ("const std::optional<int64_t> x = args[0].toOptional<int64_t>();",)),
-    ("int[]", False, "at::IntArrayRef", ("const at::DimVector x = args[0].toDimVector();",)),
-    ("int[2]", False, "at::IntArrayRef", ("const at::DimVector x = args[0].toDimVector();",)),
-    ("SymInt[]", False, "at::IntArrayRef", ("const at::DimVector x = args[0].toDimVector();",)),
+     ("const std::optional<int64_t> x = to_optional_int(args[0]);",)),
+    ("int[]", False, "at::IntArrayRef", ("const at::DimVector x = to_dim_vector(args[0]);",)),
+    ("int[2]", False, "at::IntArrayRef", ("const at::DimVector x = to_dim_vector(args[0]);",)),
+    ("SymInt[]", False, "at::IntArrayRef", ("const at::DimVector x = to_dim_vector(args[0]);",)),
     ("int[]?", False, "at::OptionalIntArrayRef",
      ("const std::optional<at::DimVector> x_storage = optional_dim_vector(args[0]);",
       "const at::OptionalIntArrayRef x = optional_array_ref(x_storage);")),
-    ("float", False, "double", ("const double x = args[0].toDouble();",)),
-    ("float?", False, "::std::optional<double>", ("const std::optional<double> x = args[0].toOptional<double>();",)),
+    ("float", False, "double", ("const double x = to_double(args[0]);",)),
+    ("float?", False, "::std::optional<double>", ("const std::optional<double> x = to_optional_double(args[0]);",)),
     ("float[]?", False, "::std::optional<at::ArrayRef<double>>",
-     ("const std::optional<std::vector<double>> x_storage = args[0].toOptional<std::vector<double>>();",
+     ("const std::optional<std::vector<double>> x_storage = optional_double_vector(args[0]);",
       "const std::optional<at::ArrayRef<double>> x = optional_array_ref(x_storage);")),
-    ("bool", False, "bool", ("const bool x = args[0].toBool();",)),
-    ("bool?", False, "::std::optional<bool>", ("const std::optional<bool> x = args[0].toOptional<bool>();",)),
+    ("bool", False, "bool", ("const bool x = to_bool(args[0]);",)),
+    ("bool?", False, "::std::optional<bool>", ("const std::optional<bool> x = to_optional_bool(args[0]);",)),
     ("bool[3]", False, "::std::array<bool,3>",
      ("const std::array<bool, 3> x = args[0].to<std::array<bool, 3>>();",)),
-    ("str", False, "c10::string_view", ("const std::string_view x = args[0].toStringView();",)),
+    ("str", False, "c10::string_view", ("const std::string_view x = to_string_view(args[0]);",)),
     ("str?", False, "::std::optional<c10::string_view>",
-     ("const std::optional<std::string_view> x = args[0].toOptional<std::string_view>();",)),
-    ("Scalar", False, "const at::Scalar &", ("const at::Scalar x = args[0].toScalar();",)),
+     ("const std::optional<std::string_view> x = to_optional_string_view(args[0]);",)),
+    ("Scalar", False, "const at::Scalar &", ("const at::Scalar x = to_scalar(args[0]);",)),
     ("Scalar?", False, "const ::std::optional<at::Scalar> &",
-     ("const std::optional<at::Scalar> x = args[0].toOptional<at::Scalar>();",)),
+     ("const std::optional<at::Scalar> x = to_optional_scalar(args[0]);",)),
     ("Scalar[]", False, "at::ArrayRef<at::Scalar>",
      ("const std::vector<at::Scalar> x = args[0].to<std::vector<at::Scalar>>();",)),
-    ("ScalarType", False, "at::ScalarType", ("const at::ScalarType x = args[0].toScalarType();",)),
+    ("ScalarType", False, "at::ScalarType", ("const at::ScalarType x = to_scalar_type(args[0]);",)),
     ("ScalarType?", False, "::std::optional<at::ScalarType>",
-     ("const std::optional<at::ScalarType> x = args[0].toOptional<at::ScalarType>();",)),
+     ("const std::optional<at::ScalarType> x = to_optional_scalar_type(args[0]);",)),
     ("Layout?", False, "::std::optional<at::Layout>",
-     ("const std::optional<at::Layout> x = args[0].toOptional<at::Layout>();",)),
+     ("const std::optional<at::Layout> x = to_optional_layout(args[0]);",)),
     ("Device?", False, "::std::optional<at::Device>",
-     ("const std::optional<at::Device> x = args[0].toOptional<at::Device>();",)),
+     ("const std::optional<at::Device> x = to_optional_device(args[0]);",)),
     ("MemoryFormat?", False, "::std::optional<at::MemoryFormat>",
-     ("const std::optional<at::MemoryFormat> x = args[0].toOptional<at::MemoryFormat>();",)),
+     ("const std::optional<at::MemoryFormat> x = to_optional_memory_format(args[0]);",)),
     ("Generator?", False, "::std::optional<at::Generator>",
      ("const std::optional<at::Generator> x = args[0].toOptional<at::Generator>();",)),
     ("Storage", False, "at::Storage", ("const at::Storage x = args[0].toStorage();",)),
     ("Stream", False, "at::Stream", ("const at::Stream x = args[0].toStream();",)),
     ("DeviceIndex", False, "at::DeviceIndex",
-     ("const c10::DeviceIndex x = static_cast<c10::DeviceIndex>(args[0].toInt());",)),
+     ("const c10::DeviceIndex x = static_cast<c10::DeviceIndex>(to_int(args[0]));",)),
 ]
 
 
@@ -102,28 +102,29 @@ def test_tuple_returns_are_pushed_in_order(catalog: NativeCatalog) -> None:
     op = catalog["aten::max.dim"]
     body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert "auto results = at::cpu::max(self, dim, keepdim);" in body
-    assert "c10::IValue result1(std::get<1>(std::move(results)));" in body
-    assert body[-2:] == ["stack.push_back(std::move(result0));", "stack.push_back(std::move(result1));"]
+    assert body[-3:] == ["drop_arguments(stack, 3);", "push_result(stack, std::get<0>(std::move(results)));",
+                         "push_result(stack, std::get<1>(std::move(results)));"]
 
 
 def test_in_place_returns_its_argument(catalog: NativeCatalog) -> None:
     op = catalog["aten::hardtanh_"]
     body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
     assert "at::Tensor& self = args[0].toTensor();" in body
-    assert "c10::IValue result(at::cpu::hardtanh_(self, min_val, max_val));" in body
+    # replace_arguments takes the result by value: the reference to `self` is copied before the drop.
+    assert body[-1] == "replace_arguments(stack, 3, at::cpu::hardtanh_(self, min_val, max_val));"
 
 
 def test_void_returns_push_nothing(catalog: NativeCatalog) -> None:
     op = catalog["aten::_foreach_add_.Scalar"]
     body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
-    assert not any("push_back" in line for line in body)
-    assert body[-1] == "torch::jit::drop(stack, 2);"
+    assert not any("push_result" in line or "replace_arguments" in line for line in body)
+    assert body[-1] == "drop_arguments(stack, 2);"
 
 
 def test_out_arguments_come_last_in_the_kernel_call(catalog: NativeCatalog) -> None:
     op = catalog["aten::sum.IntList_out"]
     body = emit_unboxing_body(op.function.func, op.kernel)  # type: ignore[arg-type]
-    assert "c10::IValue result(at::cpu::sum_outf(self, dim, keepdim, dtype, out));" in body
+    assert "replace_arguments(stack, 5, at::cpu::sum_outf(self, dim, keepdim, dtype, out));" in body
     assert "at::Tensor& out = args[4].toTensor();" in body
 
 

@@ -24,40 +24,41 @@ class UnboxedArgument:
     expr: str
 
 
-# Scalar-like schema types: the C++ value type and the IValue accessor that produces it.
+# Scalar-like schema types: the C++ value type and the expression, applied to the IValue, that produces it.
+# `to_*` are the out-of-line helpers in lite_predictor/unboxing_helpers.h; rarely used types keep
+# IValue's own accessor.
 _BASE_UNBOXING: dict[BaseTy, tuple[str, str]] = {
-    BaseTy.int: ("int64_t", "toInt()"),
-    BaseTy.SymInt: ("int64_t", "toInt()"),  # the lite interpreter has no symbolic ints
-    BaseTy.float: ("double", "toDouble()"),
-    BaseTy.bool: ("bool", "toBool()"),
-    BaseTy.str: ("std::string_view", "toStringView()"),
-    BaseTy.Scalar: ("at::Scalar", "toScalar()"),
-    BaseTy.ScalarType: ("at::ScalarType", "toScalarType()"),
-    BaseTy.Layout: ("at::Layout", "toLayout()"),
-    BaseTy.Device: ("at::Device", "toDevice()"),
-    BaseTy.MemoryFormat: ("at::MemoryFormat", "toMemoryFormat()"),
-    BaseTy.Storage: ("at::Storage", "toStorage()"),
-    BaseTy.Stream: ("at::Stream", "toStream()"),
-    BaseTy.Generator: ("at::Generator", "toGenerator()"),
-    BaseTy.DeviceIndex: ("c10::DeviceIndex", "toInt()"),
-    BaseTy.QScheme: ("at::QScheme", "toQScheme()"),
+    BaseTy.int: ("int64_t", "to_int({})"),
+    BaseTy.SymInt: ("int64_t", "to_int({})"),  # the lite interpreter has no symbolic ints
+    BaseTy.float: ("double", "to_double({})"),
+    BaseTy.bool: ("bool", "to_bool({})"),
+    BaseTy.str: ("std::string_view", "to_string_view({})"),
+    BaseTy.Scalar: ("at::Scalar", "to_scalar({})"),
+    BaseTy.ScalarType: ("at::ScalarType", "to_scalar_type({})"),
+    BaseTy.Layout: ("at::Layout", "to_layout({})"),
+    BaseTy.Device: ("at::Device", "to_device({})"),
+    BaseTy.MemoryFormat: ("at::MemoryFormat", "to_memory_format({})"),
+    BaseTy.Storage: ("at::Storage", "{}.toStorage()"),
+    BaseTy.Stream: ("at::Stream", "{}.toStream()"),
+    BaseTy.Generator: ("at::Generator", "{}.toGenerator()"),
+    BaseTy.QScheme: ("at::QScheme", "{}.toQScheme()"),
 }
 
-# Element types of `T?` read with IValue::toOptional<T>().
-_OPTIONAL_ELEMENT: dict[BaseTy, str] = {
-    BaseTy.Tensor: "at::Tensor",
-    BaseTy.int: "int64_t",
-    BaseTy.SymInt: "int64_t",
-    BaseTy.float: "double",
-    BaseTy.bool: "bool",
-    BaseTy.str: "std::string_view",
-    BaseTy.Scalar: "at::Scalar",
-    BaseTy.ScalarType: "at::ScalarType",
-    BaseTy.Layout: "at::Layout",
-    BaseTy.Device: "at::Device",
-    BaseTy.MemoryFormat: "at::MemoryFormat",
-    BaseTy.Generator: "at::Generator",
-    BaseTy.DeviceIndex: "c10::DeviceIndex",
+# `T?` element types: the C++ element type and the helper that reads the optional (None or a value).
+_OPTIONAL_ELEMENT: dict[BaseTy, tuple[str, str]] = {
+    BaseTy.Tensor: ("at::Tensor", "to_optional_tensor({})"),
+    BaseTy.int: ("int64_t", "to_optional_int({})"),
+    BaseTy.SymInt: ("int64_t", "to_optional_int({})"),
+    BaseTy.float: ("double", "to_optional_double({})"),
+    BaseTy.bool: ("bool", "to_optional_bool({})"),
+    BaseTy.str: ("std::string_view", "to_optional_string_view({})"),
+    BaseTy.Scalar: ("at::Scalar", "to_optional_scalar({})"),
+    BaseTy.ScalarType: ("at::ScalarType", "to_optional_scalar_type({})"),
+    BaseTy.Layout: ("at::Layout", "to_optional_layout({})"),
+    BaseTy.Device: ("at::Device", "to_optional_device({})"),
+    BaseTy.MemoryFormat: ("at::MemoryFormat", "to_optional_memory_format({})"),
+    BaseTy.Generator: ("at::Generator", "{}.toOptional<at::Generator>()"),
+    BaseTy.DeviceIndex: ("c10::DeviceIndex", "{}.toOptional<c10::DeviceIndex>()"),
 }
 
 _INT_LIKE = (BaseTy.int, BaseTy.SymInt)
@@ -74,12 +75,12 @@ def _unbox_base(name: str, t: BaseType, ivalue: str, mutable: bool) -> UnboxedAr
         return UnboxedArgument((f"{ref} {name} = {ivalue}.toTensor();",), name)
     if t.name == BaseTy.DeviceIndex:
         return UnboxedArgument(
-            (f"const c10::DeviceIndex {name} = static_cast<c10::DeviceIndex>({ivalue}.toInt());",), name
+            (f"const c10::DeviceIndex {name} = static_cast<c10::DeviceIndex>(to_int({ivalue}));",), name
         )
     if t.name not in _BASE_UNBOXING:
         raise UnsupportedType(f"no unboxing for schema type {t}")
-    cpp_type, accessor = _BASE_UNBOXING[t.name]
-    return UnboxedArgument((f"const {cpp_type} {name} = {ivalue}.{accessor};",), name)
+    cpp_type, reader = _BASE_UNBOXING[t.name]
+    return UnboxedArgument((f"const {cpp_type} {name} = {reader.format(ivalue)};",), name)
 
 
 def _unbox_optional(name: str, t: OptionalType, ivalue: str) -> UnboxedArgument:
@@ -97,8 +98,7 @@ def _unbox_optional(name: str, t: OptionalType, ivalue: str) -> UnboxedArgument:
         if _is_base(elem.elem, BaseTy.float):
             return UnboxedArgument(
                 (
-                    f"const std::optional<std::vector<double>> {name}_storage = "
-                    f"{ivalue}.toOptional<std::vector<double>>();",
+                    f"const std::optional<std::vector<double>> {name}_storage = optional_double_vector({ivalue});",
                     f"const std::optional<at::ArrayRef<double>> {name} = optional_array_ref({name}_storage);",
                 ),
                 name,
@@ -106,19 +106,17 @@ def _unbox_optional(name: str, t: OptionalType, ivalue: str) -> UnboxedArgument:
         raise UnsupportedType(f"no unboxing for schema type {t}")
     if isinstance(elem, BaseType):
         if elem.name in _OPTIONAL_ELEMENT:
-            cpp = _OPTIONAL_ELEMENT[elem.name]
-            return UnboxedArgument(
-                (f"const std::optional<{cpp}> {name} = {ivalue}.toOptional<{cpp}>();",), name
-            )
+            cpp, reader = _OPTIONAL_ELEMENT[elem.name]
+            return UnboxedArgument((f"const std::optional<{cpp}> {name} = {reader.format(ivalue)};",), name)
     raise UnsupportedType(f"no unboxing for schema type {t}")
 
 
 def _unbox_list(name: str, t: ListType, ivalue: str, cpp_param_type: str) -> UnboxedArgument:
     elem = t.elem
     if _is_base(elem, *_INT_LIKE):
-        return UnboxedArgument((f"const at::DimVector {name} = {ivalue}.toDimVector();",), name)
+        return UnboxedArgument((f"const at::DimVector {name} = to_dim_vector({ivalue});",), name)
     if _is_base(elem, BaseTy.float):
-        return UnboxedArgument((f"const std::vector<double> {name} = {ivalue}.toDoubleVector();",), name)
+        return UnboxedArgument((f"const std::vector<double> {name} = to_double_vector({ivalue});",), name)
     if _is_base(elem, BaseTy.bool):
         if t.size is None:
             return UnboxedArgument((f"const std::vector<bool> {name} = {ivalue}.toBoolList().vec();",), name)
@@ -128,8 +126,8 @@ def _unbox_list(name: str, t: ListType, ivalue: str, cpp_param_type: str) -> Unb
     if _is_base(elem, BaseTy.Tensor):
         if "ITensorListRef" in cpp_param_type:
             # ITensorListRef wraps the IValue's own c10::List without copying the tensors.
-            return UnboxedArgument((f"const c10::List<at::Tensor> {name} = {ivalue}.toTensorList();",), name)
-        return UnboxedArgument((f"const std::vector<at::Tensor> {name} = {ivalue}.toTensorVector();",), name)
+            return UnboxedArgument((f"const c10::List<at::Tensor> {name} = to_tensor_list({ivalue});",), name)
+        return UnboxedArgument((f"const std::vector<at::Tensor> {name} = to_tensor_vector({ivalue});",), name)
     if isinstance(elem, OptionalType) and _is_base(elem.elem, BaseTy.Tensor):
         return UnboxedArgument(
             (f"const c10::List<std::optional<at::Tensor>> {name} = optional_tensor_list({ivalue});",), name

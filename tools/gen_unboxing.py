@@ -5,7 +5,7 @@
 
 Writes UnboxingShard_<i>.cpp (the unboxing functions, split so that a one-op change recompiles one
 shard), KernelTable.cpp (the table lite_predictor binds from), CustomOpRegistration.cpp (the
-project's own operators from custom_ops.yaml, registered with the dispatcher on request) and
+project's own operators this build carries, registered with the dispatcher on request) and
 codegen_report.json. A file whose
 content did not change is not rewritten.
 """
@@ -26,6 +26,7 @@ from tools.emit_unboxing import (
     emit_kernel_table,
     emit_shard,
     shard_of,
+    unboxing_function_name,
 )
 from tools.file_writer import write_if_changed
 from tools.jit_ops import jit_operator_names
@@ -111,9 +112,11 @@ def render_outputs(
         f"UnboxingShard_{i}.cpp": emit_shard(kernels, i, num_shards, source) for i, kernels in enumerate(shards)
     }
     files["KernelTable.cpp"] = emit_kernel_table(list(result.kernels), source)
+    generated = {kernel.op_name for kernel in result.kernels}
     registrations = [
-        (op.namespace, str(op.func), op.kernel.qualified_function, op.kernel.header)
-        for _, op in sorted((custom or {}).items())
+        (op.namespace, str(op.func), unboxing_function_name(name))
+        for name, op in sorted((custom or {}).items())
+        if name in generated
     ]
     files["CustomOpRegistration.cpp"] = emit_custom_op_registration(registrations, "custom_ops.yaml")
     return files
