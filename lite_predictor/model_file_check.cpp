@@ -72,10 +72,22 @@ uint16_t le16(const std::vector<unsigned char>& b, size_t at) {
   return static_cast<uint16_t>(b[at] | (b[at + 1] << 8));
 }
 
+// A deflated record, whose CRC-32 covers its inflated bytes: checked once the reader can inflate it.
+struct DeflatedRecord {
+  std::string name; // as the zip names it: "archive/code/....debug_pkl"
+  uint32_t expected_crc;
+};
+
+// Deflate cannot expand data by more than about 1032:1; a directory entry claiming more is damaged,
+// and believing it would have the reader allocate up to 4 GB.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
 // LibTorch's zip reader skips CRC checks (miniz is built without them), so a flipped byte inside a
-// record would reach the unpickler. Walk the central directory and verify every stored record's
-// CRC-32 here. Archives this cannot walk (zip64, compressed records) are left to the reader.
-void verify_record_checksums(const std::string& path) {
+// record would reach the unpickler (a flipped byte in a deflated debug record once had it allocate
+// 20 GB). Walk the central directory and verify every stored record's CRC-32 here; return the
+// deflated ones (torch compresses its debug records) for checking after inflation. Zip64 archives are
+// left to the reader.
+std::vector<DeflatedRecord> verify_record_checksums(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   const auto end = in.tellg();
   if (!in || end < 0) {
@@ -102,8 +114,9 @@ void verify_record_checksums(const std::string& path) {
   }
   const uint16_t entries = le16(bytes, eocd + 10);
   const uint32_t directory_offset = le32(bytes, eocd + 16);
+  std::vector<DeflatedRecord> deflated;
   if (entries == 0xFFFF || directory_offset == 0xFFFFFFFFu) {
-    return; // zip64: leave it to the reader
+    return deflated; // zip64: leave it to the reader
   }
   size_t at = directory_offset;
   for (uint16_t n = 0; n < entries; ++n) {
@@ -113,6 +126,7 @@ void verify_record_checksums(const std::string& path) {
     const uint16_t method = le16(bytes, at + 10);
     const uint32_t expected_crc = le32(bytes, at + 16);
     const uint32_t stored_size = le32(bytes, at + 20);
+    const uint32_t inflated_size = le32(bytes, at + 24);
     const uint16_t name_length = le16(bytes, at + 28);
     const uint16_t extra_length = le16(bytes, at + 30);
     const uint16_t comment_length = le16(bytes, at + 32);
@@ -122,7 +136,18 @@ void verify_record_checksums(const std::string& path) {
     }
     const std::string name(bytes.begin() + at + 46, bytes.begin() + at + 46 + name_length);
     at += 46 + name_length + extra_length + comment_length;
-    if (method != 0 || stored_size == 0xFFFFFFFFu || local == 0xFFFFFFFFu) {
+    if (stored_size == 0xFFFFFFFFu || inflated_size == 0xFFFFFFFFu || local == 0xFFFFFFFFu) {
+      continue;
+    }
+    if (method == 8) {
+      if (inflated_size > kMaxDeflateRatio * stored_size + 64) {
+        throw ModelFileError(
+            path + ": damaged archive (truncated or corrupted): record " + name + " claims an impossible size");
+      }
+      deflated.push_back({name, expected_crc});
+      continue;
+    }
+    if (method != 0) {
       continue;
     }
     if (static_cast<size_t>(local) + 30 > size || le32(bytes, local) != 0x04034b50u) {
@@ -135,6 +160,24 @@ void verify_record_checksums(const std::string& path) {
     if (crc32(bytes.data() + data, stored_size) != expected_crc) {
       throw ModelFileError(
           path + ": damaged archive (truncated or corrupted): record " + name + " fails its CRC-32 check");
+    }
+  }
+  return deflated;
+}
+
+// The reader names records without the archive's top-level folder ("archive/").
+std::string reader_record_name(const std::string& zip_name) {
+  const size_t slash = zip_name.find('/');
+  return slash == std::string::npos ? zip_name : zip_name.substr(slash + 1);
+}
+
+void verify_inflated_checksums(
+    const std::string& path, caffe2::serialize::PyTorchStreamReader& reader, const std::vector<DeflatedRecord>& records) {
+  for (const DeflatedRecord& record : records) {
+    auto [data, size] = reader.getRecord(reader_record_name(record.name));
+    if (crc32(static_cast<const unsigned char*>(data.get()), size) != record.expected_crc) {
+      throw ModelFileError(
+          path + ": damaged archive (truncated or corrupted): record " + record.name + " fails its CRC-32 check");
     }
   }
 }
@@ -164,7 +207,7 @@ void check_model_file(const std::string& path) {
   if (size < 22 || std::string(magic.data(), 4) != std::string("PK\x03\x04", 4)) {
     throw ModelFileError(path + ": not a lite-interpreter model (not a zip archive)");
   }
-  verify_record_checksums(path);
+  const std::vector<DeflatedRecord> deflated = verify_record_checksums(path);
   bool has_bytecode = false;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
@@ -172,6 +215,9 @@ void check_model_file(const std::string& path) {
     for (const std::string& record : reader.getAllRecords()) {
       has_bytecode = has_bytecode || record == "bytecode.pkl" || ends_with(record, "/bytecode.pkl");
     }
+    verify_inflated_checksums(path, reader, deflated);
+  } catch (const ModelFileError&) {
+    throw;
   } catch (const std::exception& e) {
     throw ModelFileError(path + ": damaged archive (truncated or corrupted): " + first_line(e.what()));
   }

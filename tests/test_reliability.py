@@ -92,6 +92,36 @@ def test_bit_flipped_model(predictor: Path, model_copy: Path) -> None:
     expect((model_copy,), predictor, CANNOT_LOAD, "damaged archive", "CRC")
 
 
+def _deflated_record(path: Path) -> zipfile.ZipInfo:
+    with zipfile.ZipFile(path) as archive:
+        return next(i for i in archive.infolist()
+                    if i.compress_type == zipfile.ZIP_DEFLATED and i.filename.endswith(".debug_pkl"))
+
+
+def test_bit_flipped_compressed_record(predictor: Path, model_copy: Path) -> None:
+    """torch deflates its debug records, and LibTorch inflates them without a CRC check: one flipped byte
+    once had the debug-table unpickler allocate 20 GB (a 48 s stall found by the fuzzer)."""
+    data = bytearray(model_copy.read_bytes())
+    info = _deflated_record(model_copy)
+    name_length = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little")
+    extra_length = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+    data[info.header_offset + 30 + name_length + extra_length + info.compress_size // 2] ^= 0xFF
+    model_copy.write_bytes(bytes(data))
+    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} fails its CRC-32 check")
+
+
+def test_compressed_record_claiming_an_impossible_size(predictor: Path, model_copy: Path) -> None:
+    data = bytearray(model_copy.read_bytes())
+    info = _deflated_record(model_copy)
+    directory_entry = data.index(b"PK\x01\x02")
+    # Find this record's central-directory entry by its local-header offset, then claim 2 GB inflated.
+    while int.from_bytes(data[directory_entry + 42:directory_entry + 46], "little") != info.header_offset:
+        directory_entry = data.index(b"PK\x01\x02", directory_entry + 4)
+    data[directory_entry + 24:directory_entry + 28] = (0x7FFFFFFF).to_bytes(4, "little")
+    model_copy.write_bytes(bytes(data))
+    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} claims an impossible size")
+
+
 def test_archive_without_bytecode_record(predictor: Path, model_copy: Path) -> None:
     rewrite_archive(model_copy, drop="bytecode.pkl")
     expect((model_copy,), predictor, CANNOT_LOAD, "no lite-interpreter bytecode in the archive")
