@@ -208,7 +208,6 @@ BytecodeInterpreter::BytecodeInterpreter(const torch::jit::mobile::Module& modul
 void BytecodeInterpreter::prepare(const torch::jit::mobile::Function& function) {
   const Code& code = function.get_code();
   PreparedCode prepared_code;
-  prepared_code.code = &code;
   prepared_code.function_name = function.qualname().qualifiedName();
   if (code.instructions_.empty()) {
     throw BytecodeError("function " + prepared_code.function_name + " has no instructions");

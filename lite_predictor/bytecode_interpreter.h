@@ -44,7 +44,6 @@ class BytecodeInterpreter {
 
  private:
   struct PreparedCode {
-    const torch::jit::mobile::Code* code = nullptr;
     std::string function_name;
     // Per instruction: a two-instruction program (the instruction, then RET) for the stock interpreter,
     // or null where this interpreter runs the instruction itself.
