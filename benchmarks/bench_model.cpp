@@ -76,7 +76,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode) {
 
 c10::IValue run_once(LoadedModel& model, const std::vector<c10::IValue>& inputs) {
   c10::InferenceMode inference_mode;
-  return model.interpreter ? model.interpreter->run(inputs) : model.module.forward(inputs);
+  return model.forward(inputs);
 }
 
 std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors) {

@@ -23,13 +23,8 @@ enum class Mode { Static, StaticStock, Dynamic };
 Mode parse_mode(const std::string& text);
 const char* mode_name(Mode mode);
 
-// A loaded (and for the static modes, bound) model with the loop that runs its forward.
-struct LoadedModel {
-  torch::jit::mobile::Module module;
-  std::unique_ptr<BytecodeInterpreter> interpreter; // null: the stock interpreter
-};
-
-// Throws std::runtime_error naming the file and the reason.
+// Loaded (and for the static modes, bound) as lite_predictor does; throws std::runtime_error naming the
+// file and the reason.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode);
 
 // One inference, as lite_predictor runs it: under InferenceMode, inputs copied onto a fresh stack.

@@ -38,7 +38,7 @@ double ms_since(Clock::time_point start) {
 }
 
 struct Loaded {
-  std::unique_ptr<bench::LoadedModel> model;
+  std::unique_ptr<ld::LoadedModel> model;
   std::vector<c10::IValue> inputs;
 };
 

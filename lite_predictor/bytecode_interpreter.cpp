@@ -64,8 +64,7 @@ std::string describe_instruction(const Code& code, size_t pc) {
   out << "instruction " << pc << " (" << opcode_name(inst.op);
   if ((inst.op == opcode::OP || inst.op == opcode::OPN) && inst.X >= 0 &&
       static_cast<size_t>(inst.X) < code.op_names_.size()) {
-    const auto& name = code.op_names_[inst.X];
-    out << " " << name.name << (name.overload_name.empty() ? "" : ".") << name.overload_name;
+    out << " " << op_display_name(code.op_names_[inst.X]);
   }
   out << ")";
   return out.str();
@@ -230,16 +229,6 @@ const BytecodeInterpreter::PreparedCode& BytecodeInterpreter::prepared(const Cod
   const auto it = codes_.find(&code);
   TORCH_CHECK(it != codes_.end(), "a call reached a function whose bytecode was not prepared");
   return it->second;
-}
-
-size_t BytecodeInterpreter::delegated_instruction_count() const {
-  size_t count = 0;
-  for (const auto& [code, prepared_code] : codes_) {
-    for (const auto& program : prepared_code.delegated) {
-      count += program ? 1 : 0;
-    }
-  }
-  return count;
 }
 
 c10::IValue BytecodeInterpreter::run(std::vector<c10::IValue> inputs) const {

@@ -39,9 +39,6 @@ class BytecodeInterpreter {
   // Errors raised by operators or by the model are rethrown with the function and instruction added.
   c10::IValue run(std::vector<c10::IValue> inputs) const;
 
-  // Instructions this interpreter hands to the stock one, over every prepared function (for reports).
-  size_t delegated_instruction_count() const;
-
  private:
   struct PreparedCode {
     std::string function_name;
@@ -57,6 +54,17 @@ class BytecodeInterpreter {
   c10::intrusive_ptr<c10::ivalue::Object> self_;
   const torch::jit::mobile::Code* entry_ = nullptr;
   std::unordered_map<const torch::jit::mobile::Code*, PreparedCode> codes_;
+};
+
+// A loaded (and bound) module with the loop that runs its forward method: lite_predictor's own, or
+// LibTorch's stock interpreter when `interpreter` is null.
+struct LoadedModel {
+  torch::jit::mobile::Module module;
+  std::unique_ptr<BytecodeInterpreter> interpreter;
+
+  c10::IValue forward(const std::vector<c10::IValue>& inputs) {
+    return interpreter ? interpreter->run(inputs) : module.forward(inputs);
+  }
 };
 
 } // namespace lightweight_dispatch

@@ -168,16 +168,6 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
   return {std::vector<c10::IValue>(tensors.begin(), tensors.end()), source};
 }
 
-// A loaded, bound model and the loop that runs its forward method.
-struct RunnableModel {
-  torch::jit::mobile::Module module;
-  std::unique_ptr<ld::BytecodeInterpreter> interpreter; // null: LibTorch's stock interpreter
-
-  c10::IValue forward(const std::vector<c10::IValue>& inputs) {
-    return interpreter ? interpreter->run(inputs) : module.forward(inputs);
-  }
-};
-
 std::unique_ptr<ld::BytecodeInterpreter> prepare_interpreter(
     const torch::jit::mobile::Module& module, const ld::Options& options) {
   if (options.interpreter == ld::InterpreterKind::Stock) {
@@ -190,7 +180,7 @@ std::unique_ptr<ld::BytecodeInterpreter> prepare_interpreter(
   }
 }
 
-c10::IValue run_once(RunnableModel& model, const std::vector<c10::IValue>& inputs) {
+c10::IValue run_once(ld::LoadedModel& model, const std::vector<c10::IValue>& inputs) {
   // Inference, as a deployed model runs and as the reference outputs were computed (under no_grad):
   // grad mode also picks fused inference paths in some ops (transformer layers).
   c10::InferenceMode inference_mode;
@@ -213,7 +203,7 @@ std::vector<at::Tensor> flatten(const c10::IValue& output) {
 }
 
 void time_steady_state(
-    RunnableModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+    ld::LoadedModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
   for (int i = 0; i < options.warmup; ++i) {
     run_once(module, inputs.values);
   }
@@ -232,7 +222,7 @@ void time_steady_state(
 // K threads share the one loaded, bound module; each runs it --iters times and compares every
 // output with the single-threaded one, bit for bit.
 void run_parallel(
-    RunnableModel& module,
+    ld::LoadedModel& module,
     const Inputs& inputs,
     const std::vector<at::Tensor>& reference,
     const ld::Options& options,
@@ -309,7 +299,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
     ld::register_custom_ops_with_dispatcher();
   }
   const auto load_start = Clock::now();
-  RunnableModel module{load_model(options.model_path, options.dispatch), nullptr};
+  ld::LoadedModel module{load_model(options.model_path, options.dispatch), nullptr};
   report.ops = bind(module.module, options);
   module.interpreter = prepare_interpreter(module.module, options);
   report.load_ms = ms_since(load_start);
