@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <iterator>
+#include <tuple>
 #include <vector>
 #include <filesystem>
 #include <fstream>
@@ -174,10 +175,18 @@ std::string reader_record_name(const std::string& zip_name) {
 void verify_inflated_checksums(
     const std::string& path, caffe2::serialize::PyTorchStreamReader& reader, const std::vector<DeflatedRecord>& records) {
   for (const DeflatedRecord& record : records) {
-    auto [data, size] = reader.getRecord(reader_record_name(record.name));
+    const std::string damaged = path + ": damaged archive (truncated or corrupted): record " + record.name;
+    at::DataPtr data;
+    size_t size = 0;
+    try {
+      std::tie(data, size) = reader.getRecord(reader_record_name(record.name));
+    } catch (const std::exception&) {
+      // A damaged deflate stream usually fails to inflate (or inflates to the wrong size) before its
+      // checksum can be compared.
+      throw ModelFileError(damaged + " cannot be inflated");
+    }
     if (crc32(static_cast<const unsigned char*>(data.get()), size) != record.expected_crc) {
-      throw ModelFileError(
-          path + ": damaged archive (truncated or corrupted): record " + record.name + " fails its CRC-32 check");
+      throw ModelFileError(damaged + " fails its CRC-32 check");
     }
   }
 }

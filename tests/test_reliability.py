@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 import zipfile
+import zlib
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -98,16 +100,67 @@ def _deflated_record(path: Path) -> zipfile.ZipInfo:
                     if i.compress_type == zipfile.ZIP_DEFLATED and i.filename.endswith(".debug_pkl"))
 
 
-def test_bit_flipped_compressed_record(predictor: Path, model_copy: Path) -> None:
-    """torch deflates its debug records, and LibTorch inflates them without a CRC check: one flipped byte
-    once had the debug-table unpickler allocate 20 GB (a 48 s stall found by the fuzzer)."""
-    data = bytearray(model_copy.read_bytes())
-    info = _deflated_record(model_copy)
+def _deflate_stream_offset(data: bytes, info: zipfile.ZipInfo) -> int:
     name_length = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little")
     extra_length = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
-    data[info.header_offset + 30 + name_length + extra_length + info.compress_size // 2] ^= 0xFF
-    model_copy.write_bytes(bytes(data))
+    return info.header_offset + 30 + name_length + extra_length
+
+
+def _inflate(stream: bytes) -> bytes | None:
+    """The record's bytes as any conforming inflater sees them, or None where the stream is invalid."""
+    try:
+        return zlib.decompress(stream, wbits=-15)
+    except zlib.error:
+        return None
+
+
+def _stream_of(path: Path, info: zipfile.ZipInfo) -> bytes:
+    data = path.read_bytes()
+    start = _deflate_stream_offset(data, info)
+    return data[start:start + info.compress_size]
+
+
+def _first_bit_flip(data: bytes, info: zipfile.ZipInfo, wanted: Callable[[bytes | None], bool]) -> int:
+    """The bit offset in `data` of the first single-bit flip, from the middle of the record's deflate
+    stream on, whose inflated result satisfies `wanted`: searched for, so the test does not depend on
+    which bytes this torch version happened to compress."""
+    start = _deflate_stream_offset(data, info)
+    stream = bytearray(data[start:start + info.compress_size])
+    for position in range(len(stream) // 2, len(stream)):
+        for bit in range(8):
+            stream[position] ^= 1 << bit
+            if wanted(_inflate(bytes(stream))):
+                return (start + position) * 8 + bit
+            stream[position] ^= 1 << bit
+    raise AssertionError(f"no single-bit flip of {info.filename} has the wanted effect")
+
+
+def _flip_bit(path: Path, bit_offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[bit_offset // 8] ^= 1 << (bit_offset % 8)
+    path.write_bytes(bytes(data))
+
+
+def test_bit_flip_in_a_compressed_record_that_still_inflates(predictor: Path, model_copy: Path) -> None:
+    """torch deflates its debug records, and LibTorch inflates them without a CRC check: one flipped byte
+    once had the debug-table unpickler allocate 20 GB (a 48 s stall found by the fuzzer)."""
+    info = _deflated_record(model_copy)
+    original = _inflate(_stream_of(model_copy, info))
+    flip = _first_bit_flip(model_copy.read_bytes(), info,
+                           lambda inflated: inflated is not None and len(inflated) == info.file_size
+                           and inflated != original)
+    _flip_bit(model_copy, flip)
     expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} fails its CRC-32 check")
+
+
+def test_bit_flip_in_a_compressed_record_that_no_longer_inflates(predictor: Path, model_copy: Path) -> None:
+    info = _deflated_record(model_copy)
+    # A valid stream that ends short of the size the archive records. (Streams zlib rejects, or that run
+    # long, miniz may still inflate up to the recorded size: those reach the CRC-32 check instead.)
+    flip = _first_bit_flip(model_copy.read_bytes(), info,
+                           lambda inflated: inflated is not None and len(inflated) < info.file_size)
+    _flip_bit(model_copy, flip)
+    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} cannot be inflated")
 
 
 def test_compressed_record_claiming_an_impossible_size(predictor: Path, model_copy: Path) -> None:
