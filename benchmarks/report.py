@@ -199,6 +199,19 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
         *size_table(size),
         "",
     ]
+    if size.has("size/selected_fraction_of_all_ops/ops"):
+        lines += [
+            f"The selection is {size.get('size/selected_fraction_of_all_ops/ops'):.1%} of the ops; its generated "
+            f"code is {size.get('size/selected_fraction_of_all_ops/loadable_bytes'):.1%} of all-ops' (loadable "
+            "bytes). At equal bytes per op the two fractions would be equal, so a size fraction below the ops "
+            "fraction needs selected ops cheaper than the average op; here a selected op costs "
+            f"{size.get('size/selected_per_op_over_all_ops_per_op/loadable_bytes'):.2f} x an average op (without "
+            f"the shared conversion helpers, {size.get('size/selected/helpers_loadable_bytes') / 1e3:.0f} kB in "
+            "each build). Generated code compiled with "
+            f"`{size.get('size/generated_code_optimization')}` (all-ops: "
+            f"`{size.get('size/all_ops/generated_code_optimization')}`; CMake `GENERATED_CODE_OPTIMIZATION`).",
+            "",
+        ]
     if size.has("size/lite_predictor/file_bytes"):
         lines += [
             f"`lite_predictor` itself: {size.get('size/lite_predictor/file_bytes'):,} bytes "

@@ -26,7 +26,7 @@ HELPERS_TARGET = "lightweight_dispatch_unboxing_helpers"
 HELPERS_OBJECT = f"CMakeFiles/{HELPERS_TARGET}.dir/lite_predictor/unboxing_helpers.cpp.o"
 # What the generated code depends on besides the selection: a change here makes old all-ops objects stale.
 GENERATOR_INPUTS = ("tools/*.py", "lite_predictor/unboxing_helpers.h", "lite_predictor/unboxing_helpers.cpp",
-                    "lite_predictor/kernel_table.h")
+                    "lite_predictor/kernel_table.h", "cmake/codegen.cmake", "CMakeLists.txt")
 
 
 class SizeError(Exception):
@@ -158,6 +158,8 @@ def measure_selected(build_dir: Path, section: Section) -> None:
     times = build_times(build_dir, "generated", objects, wall)
     record_build(section, "size/selected", generated_count(build_dir, "generated"), object_sizes(objects), times,
                  f"measured now ({iso(time.time())})")
+    section.add("size/selected/helpers_loadable_bytes", object_sizes([build_dir / HELPERS_OBJECT]).loadable, "bytes",
+                "the out-of-line conversions (unboxing_helpers.cpp), the same object in both builds")
 
 
 def measure_all_ops(build_all_dir: Path, rebuild: bool, section: Section) -> None:
@@ -213,12 +215,24 @@ def measure_binaries(build_dir: Path, build_all_dir: Path, section: Section) -> 
     section.add("size/libtorch_cpu_so/file_bytes", libtorch.stat().st_size, "bytes", "for scale: the stock kernels")
 
 
+def bytes_per_op_without_helpers(section: Section, prefix: str) -> float:
+    helpers = section.get("size/selected/helpers_loadable_bytes")
+    return (section.get(f"{prefix}/loadable_bytes") - helpers) / section.get(f"{prefix}/generated_ops")
+
+
 def judge(section: Section) -> None:
+    ops_fraction = section.get("size/selected/generated_ops") / section.get("size/all_ops/generated_ops")
+    # With the same bytes per op in both builds, the selection's share of the bytes is its share of the ops:
+    # the size target can only be met below this where the selected ops are cheaper than the average op.
+    section.add("size/selected_fraction_of_all_ops/ops", round(ops_fraction, 4), "fraction",
+                "the selection's share of the ops: the size fraction's floor at equal bytes per op")
+    per_op = bytes_per_op_without_helpers(section, "size/selected") / bytes_per_op_without_helpers(section, "size/all_ops")
+    section.add("size/selected_per_op_over_all_ops_per_op/loadable_bytes", round(per_op, 3), "ratio",
+                "loadable bytes per selected op over per average op, the shared helpers left out of both")
     for measure in ("object_bytes", "loadable_bytes"):
         selected, all_ops = section.get(f"size/selected/{measure}"), section.get(f"size/all_ops/{measure}")
         fraction = selected / all_ops
         section.add(f"size/selected_fraction_of_all_ops/{measure}", round(fraction, 4), "fraction")
-        ops_fraction = section.get("size/selected/generated_ops") / section.get("size/all_ops/generated_ops")
         section.targets.append(Target(
             f"size ({measure.replace('_', ' ')}): default selection <= {TARGET_FRACTION:.0%} of all-ops",
             fraction <= TARGET_FRACTION,
@@ -227,11 +241,21 @@ def judge(section: Section) -> None:
         ))
 
 
+def optimization_flag(build_dir: Path) -> str:
+    """GENERATED_CODE_OPTIMIZATION as configured in `build_dir` (CMakeCache.txt)."""
+    for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
+        if line.startswith("GENERATED_CODE_OPTIMIZATION:"):
+            return line.split("=", 1)[1]
+    raise SizeError(f"{build_dir}/CMakeCache.txt has no GENERATED_CODE_OPTIMIZATION: re-run ./build.sh")
+
+
 def measure(build_dir: Path, build_all_dir: Path, rebuild_all_ops: bool = False) -> Section:
     section = Section()
+    section.add("size/generated_code_optimization", optimization_flag(build_dir), "compiler flag")
     measure_selected(build_dir, section)
     ninja(build_dir)  # relink what depends on the rebuilt library (its objects are unchanged)
     measure_all_ops(build_all_dir, rebuild_all_ops, section)
+    section.add("size/all_ops/generated_code_optimization", optimization_flag(build_all_dir), "compiler flag")
     measure_binaries(build_dir, build_all_dir, section)
     judge(section)
     return section

@@ -12,8 +12,10 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.callgrind_profile import per_unit_self_cost, read_dump  # noqa: E402
+from benchmarks.figures import Section  # noqa: E402
 from benchmarks.latency import paired_ratio_interval, round_order  # noqa: E402
 from benchmarks.per_op import MICRO_MODELS, category_of, loop_body_ops  # noqa: E402
+from benchmarks.size import judge  # noqa: E402
 
 CALLGRIND_DUMP = """\
 # callgrind format
@@ -92,3 +94,30 @@ def test_ratio_interval_brackets_the_median() -> None:
     rounds = [{"static": 1.0 + 0.01 * i, "dynamic": 1.0} for i in range(-10, 11)]
     low, high = paired_ratio_interval(rounds)
     assert low <= 1.0 <= high
+
+
+def _size_section(selected_ops: int, selected_bytes: int, all_ops: int, all_bytes: int, helpers: int) -> Section:
+    section = Section()
+    for prefix, ops, loadable in (("size/selected", selected_ops, selected_bytes), ("size/all_ops", all_ops, all_bytes)):
+        section.add(f"{prefix}/generated_ops", ops, "ops")
+        section.add(f"{prefix}/object_bytes", 3 * loadable, "bytes")
+        section.add(f"{prefix}/loadable_bytes", loadable, "bytes")
+    section.add("size/selected/helpers_loadable_bytes", helpers, "bytes")
+    return section
+
+
+def test_size_judgement_reports_the_op_share_and_compares_ops_without_the_shared_helpers() -> None:
+    # 10 of 1000 ops at 500 B each plus 20 kB of helpers in both builds: the same bytes per op.
+    section = _size_section(10, 20_000 + 10 * 500, 1000, 20_000 + 1000 * 500, 20_000)
+    judge(section)
+    assert section.get("size/selected_fraction_of_all_ops/ops") == 0.01
+    assert section.get("size/selected_per_op_over_all_ops_per_op/loadable_bytes") == 1.0
+    assert section.get("size/selected_fraction_of_all_ops/loadable_bytes") == round(25_000 / 520_000, 4)
+    assert [t.met for t in section.targets] == [False, False]  # the helpers alone are 3.8% of all-ops
+
+
+def test_size_target_is_met_when_the_selection_is_small_enough() -> None:
+    section = _size_section(10, 1_000 + 10 * 250, 1000, 1_000 + 1000 * 500, 1_000)
+    judge(section)
+    assert section.get("size/selected_per_op_over_all_ops_per_op/loadable_bytes") == 0.5
+    assert [t.met for t in section.targets] == [True, True]
