@@ -312,6 +312,9 @@ def _plot_size(ax, section: Section) -> None:
         ax.annotate(f"{count} ops, {bar.get_height():,.0f} kB", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
     ax.axhline(0.02 * values[1], color="black", linestyle="dashed", linewidth=1, label="target: 2% of all-ops")
+    if section.has("size/selected_fraction_of_all_ops/ops"):
+        ax.axhline(section.get("size/selected_fraction_of_all_ops/ops") * values[1], color="black", linestyle="dotted",
+                   linewidth=1, label="the selection's share of the ops")
     ax.set_ylabel("generated object code (kB)")
     ax.set_title("Generated code size")
     ax.legend(fontsize=7)
