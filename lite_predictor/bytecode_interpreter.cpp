@@ -271,6 +271,8 @@ void BytecodeInterpreter::execute(Stack& stack) const {
     resume_top_frame();
   };
   const auto reg = [&](int32_t index) -> c10::IValue& { return *(registers_end - index); };
+  // For RecordFunction events, as the stock loop reports them.
+  const auto debug_handle = [&] { return pc < code->debug_handles_.size() ? code->debug_handles_[pc] : int64_t(pc); };
 
   enter(*entry_);
   resume_top_frame();
@@ -280,8 +282,7 @@ void BytecodeInterpreter::execute(Stack& stack) const {
       switch (inst.op) {
         case opcode::OP:
           if (C10_UNLIKELY(record_ops)) {
-            const auto handle = pc < code->debug_handles_.size() ? code->debug_handles_[pc] : int64_t(pc);
-            RECORD_EDGE_SCOPE_WITH_DEBUG_HANDLE_AND_INPUTS(code->op_names_[inst.X].name, handle, stack);
+            RECORD_EDGE_SCOPE_WITH_DEBUG_HANDLE_AND_INPUTS(code->op_names_[inst.X].name, debug_handle(), stack);
             code->operators_[inst.X](stack);
           } else {
             code->operators_[inst.X](stack);
@@ -290,7 +291,12 @@ void BytecodeInterpreter::execute(Stack& stack) const {
           break;
         case opcode::OPN:
           stack.emplace_back(static_cast<int64_t>(inst.N));
-          code->operators_[inst.X](stack);
+          if (C10_UNLIKELY(record_ops)) {
+            RECORD_EDGE_SCOPE_WITH_DEBUG_HANDLE_AND_INPUTS(code->op_names_[inst.X].name, debug_handle(), stack);
+            code->operators_[inst.X](stack);
+          } else {
+            code->operators_[inst.X](stack);
+          }
           ++pc;
           break;
         case opcode::CALL:
@@ -302,7 +308,14 @@ void BytecodeInterpreter::execute(Stack& stack) const {
                                              .toObject()
                                              ->type()
                                              ->getMethod(code->constants_[inst.X].toStringRef());
-          call(method);
+          if (C10_UNLIKELY(record_ops)) {
+            // As the stock loop does: an event named after the method, around the call (which, for a
+            // bytecode method, only enters its frame).
+            RECORD_EDGE_SCOPE_WITH_DEBUG_HANDLE_AND_INPUTS(method.name(), debug_handle(), stack);
+            call(method);
+          } else {
+            call(method);
+          }
         } break;
         case opcode::LOAD:
           stack.emplace_back(reg(inst.X));

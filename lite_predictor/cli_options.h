@@ -29,6 +29,7 @@ struct Options {
   // Default: Lightweight with static dispatch, Stock with dynamic (the unmodified stock runtime).
   InterpreterKind interpreter = InterpreterKind::Lightweight;
   int parallel = 0; // > 0: also run from this many threads at once on the one loaded module
+  bool profile_ops = false; // after the timed runs, --iters more with a per-operator timer
   bool in_process = false; // no crash-guard child process (for debuggers and profilers)
   bool json = false;
   bool help = false;

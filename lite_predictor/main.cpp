@@ -6,6 +6,7 @@
 #include <lite_predictor/model_file_check.h>
 #include <lite_predictor/model_integrity.h>
 #include <lite_predictor/op_binding.h>
+#include <lite_predictor/op_profile.h>
 #include <lite_predictor/output_check.h>
 #include <lite_predictor/run_report.h>
 #include <lite_predictor/tensor_io.h>
@@ -219,6 +220,19 @@ void time_steady_state(
   report.min_ms = times.front();
 }
 
+// --iters more runs with every operator call timed; apart from the steady-state timing, whose runs
+// have no per-call timer.
+void profile_ops(ld::LoadedModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+  const ld::OpProfiler profiler;
+  const auto start = Clock::now();
+  for (int i = 0; i < options.iters; ++i) {
+    run_once(module, inputs.values);
+  }
+  report.profile_ms = ms_since(start);
+  report.profile_runs = options.iters;
+  report.op_profile = profiler.timings();
+}
+
 // K threads share the one loaded, bound module; each runs it --iters times and compares every
 // output with the single-threaded one, bit for bit.
 void run_parallel(
@@ -312,6 +326,9 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.first_run_ms = ms_since(first_start);
   report.num_outputs = outputs.size();
   time_steady_state(module, inputs, options, report);
+  if (options.profile_ops) {
+    profile_ops(module, inputs, options, report);
+  }
   if (options.parallel > 0) {
     run_parallel(module, inputs, outputs, options, report);
   }

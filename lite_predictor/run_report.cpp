@@ -45,6 +45,44 @@ std::map<std::string, int> count_by_path(const std::vector<OpUse>& ops) {
   return counts;
 }
 
+// "12" for a whole number of calls per run, "12.5" otherwise (an op inside a data-dependent loop).
+std::string calls_per_run(const OpTiming& timing, int runs) {
+  std::ostringstream out;
+  if (timing.calls % runs == 0) {
+    out << timing.calls / runs;
+  } else {
+    out << std::fixed << std::setprecision(1) << static_cast<double>(timing.calls) / runs;
+  }
+  return out.str();
+}
+
+void print_profile_text(std::ostream& out, const RunReport& report) {
+  const double ms_per_run = report.profile_ms / report.profile_runs;
+  out << "profile:   " << report.op_profile.size() << " operator(s) over " << report.profile_runs
+      << " runs with a per-call timer, " << ms_per_run << " ms per run; per run, most time first:\n";
+  out << "  " << std::right << std::setw(9) << "calls" << std::setw(11) << "ms" << std::setw(8) << "% run"
+      << std::setw(12) << "us/call" << "  operator\n";
+  for (const OpTiming& timing : report.op_profile) {
+    const double op_ms_per_run = timing.total_ms / report.profile_runs;
+    out << "  " << std::setw(9) << calls_per_run(timing, report.profile_runs) << std::setw(11) << op_ms_per_run
+        << std::setw(8) << std::setprecision(1) << 100.0 * op_ms_per_run / ms_per_run << std::setprecision(3)
+        << std::setw(12) << 1e3 * timing.total_ms / timing.calls << "  " << timing.op << "\n";
+  }
+  out << std::left;
+}
+
+void print_profile_json(std::ostream& out, const RunReport& report) {
+  out << ", \"op_profile\": {\"runs\": " << report.profile_runs
+      << ", \"ms_per_run\": " << report.profile_ms / report.profile_runs << ", \"ops\": [";
+  for (size_t i = 0; i < report.op_profile.size(); ++i) {
+    const OpTiming& timing = report.op_profile[i];
+    out << (i ? ", " : "") << "{\"op\": " << json_string(timing.op) << ", \"calls\": " << timing.calls
+        << ", \"ms_per_run\": " << timing.total_ms / report.profile_runs
+        << ", \"us_per_call\": " << 1e3 * timing.total_ms / timing.calls << "}";
+  }
+  out << "]}";
+}
+
 } // namespace
 
 void print_text(std::ostream& out, const RunReport& report) {
@@ -74,6 +112,9 @@ void print_text(std::ostream& out, const RunReport& report) {
         << (report.parallel_outputs_identical ? "every output identical to the single-threaded run"
                                               : "OUTPUTS DIFFERED from the single-threaded run")
         << "\n";
+  }
+  if (report.profile_runs > 0) {
+    print_profile_text(out, report);
   }
   out << std::defaultfloat;
   if (!report.outputs_match.has_value()) {
@@ -107,6 +148,9 @@ void print_json(std::ostream& out, const RunReport& report) {
         << ", \"seconds\": " << report.parallel_seconds
         << ", \"runs_per_s\": " << report.parallel_runs / report.parallel_seconds
         << ", \"outputs_identical\": " << (report.parallel_outputs_identical ? "true" : "false") << "}";
+  }
+  if (report.profile_runs > 0) {
+    print_profile_json(out, report);
   }
   out << "}\n";
 }

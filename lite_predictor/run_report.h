@@ -2,6 +2,7 @@
 #pragma once
 
 #include <lite_predictor/op_binding.h>
+#include <lite_predictor/op_profile.h>
 
 #include <optional>
 #include <ostream>
@@ -32,6 +33,10 @@ struct RunReport {
   int parallel_runs = 0;
   double parallel_seconds = 0.0;
   bool parallel_outputs_identical = false;
+  // --profile-ops: operator timings over profile_runs runs that took profile_ms in all.
+  int profile_runs = 0;
+  double profile_ms = 0.0;
+  std::vector<OpTiming> op_profile;
 };
 
 void print_text(std::ostream& out, const RunReport& report);

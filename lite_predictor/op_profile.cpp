@@ -1,0 +1,86 @@
+#include <lite_predictor/op_profile.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CallStart : at::ObserverContext {
+  Clock::time_point start = Clock::now();
+};
+
+// The callbacks are plain functions (RecordFunction takes function pointers), so the totals live here.
+struct Totals {
+  std::mutex mutex;
+  std::unordered_map<std::string, OpTiming> by_op;
+  bool active = false;
+};
+
+Totals& totals() {
+  static Totals instance;
+  return instance;
+}
+
+std::unique_ptr<at::ObserverContext> on_call_start(const at::RecordFunction&) {
+  return std::make_unique<CallStart>();
+}
+
+void on_call_end(const at::RecordFunction& call, at::ObserverContext* context) {
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - static_cast<CallStart*>(context)->start).count();
+  Totals& all = totals();
+  const std::lock_guard<std::mutex> lock(all.mutex);
+  OpTiming& timing = all.by_op[call.name()];
+  if (timing.calls == 0) {
+    timing.op = call.name();
+  }
+  timing.calls += 1;
+  timing.total_ms += ms;
+}
+
+} // namespace
+
+OpProfiler::OpProfiler() {
+  Totals& all = totals();
+  {
+    const std::lock_guard<std::mutex> lock(all.mutex);
+    if (all.active) {
+      throw std::logic_error("an OpProfiler is already active");
+    }
+    all.active = true;
+    all.by_op.clear();
+  }
+  handle_ = at::addGlobalCallback(
+      at::RecordFunctionCallback(&on_call_start, &on_call_end).scopes({at::RecordScope::LITE_INTERPRETER}));
+}
+
+OpProfiler::~OpProfiler() {
+  at::removeCallback(handle_);
+  Totals& all = totals();
+  const std::lock_guard<std::mutex> lock(all.mutex);
+  all.active = false;
+}
+
+std::vector<OpTiming> OpProfiler::timings() const {
+  Totals& all = totals();
+  std::vector<OpTiming> result;
+  {
+    const std::lock_guard<std::mutex> lock(all.mutex);
+    for (const auto& [name, timing] : all.by_op) {
+      result.push_back(timing);
+    }
+  }
+  std::sort(result.begin(), result.end(), [](const OpTiming& a, const OpTiming& b) {
+    return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.op < b.op;
+  });
+  return result;
+}
+
+} // namespace lightweight_dispatch
