@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -379,6 +381,16 @@ int list_ops(bool json) {
   return kOk;
 }
 
+// Ends the process without running static destructors: LibTorch's deregister every operator from the
+// dispatcher at exit, about a third of a short run's instructions (callgrind: 306M of 1.6G for one
+// MobileNetV2 inference). Everything lite_predictor writes is closed by now; the streams are flushed here.
+[[noreturn]] void exit_now(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -388,18 +400,18 @@ int main(int argc, char** argv) {
     options = ld::parse_options(args, ld::lightweight_dispatch_built());
   } catch (const ld::UsageError& e) {
     std::cerr << "lite_predictor: error: " << e.what() << "\n(lite_predictor --help explains the options)\n";
-    return kUsage;
+    exit_now(kUsage);
   }
   if (options.help) {
     std::cout << ld::usage_text();
-    return kOk;
+    exit_now(kOk);
   }
   if (options.list_ops) {
-    return list_ops(options.json);
+    exit_now(list_ops(options.json));
   }
-  return ld::run_guarded(
+  exit_now(ld::run_guarded(
       [&](const ld::PhaseReporter& phase) { return run_reporting_failures(options, phase); },
       options.model_path,
       {kCannotLoad, kRunFailed},
-      options.in_process);
+      options.in_process));
 }
