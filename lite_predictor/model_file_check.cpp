@@ -33,11 +33,12 @@ std::array<char, 8> read_magic(const std::string& path, std::uintmax_t size) {
   return magic;
 }
 
-// CRC-32 (zip's polynomial), four bytes per step ("slicing by 4"): the check reads every byte of
-// the model, so it must not dominate load time.
+// CRC-32 (zip's polynomial), eight bytes per step ("slicing by 8": table k advances a byte's
+// contribution by k more bytes): the check reads every byte of the model, so it must not dominate load
+// time (callgrind, MobileNetV2's 14 MB: 94M instructions four bytes per step, 61M eight).
 uint32_t crc32(const unsigned char* data, size_t size) {
   static const auto tables = [] {
-    std::array<std::array<uint32_t, 256>, 4> t{};
+    std::array<std::array<uint32_t, 256>, 8> t{};
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t c = i;
       for (int k = 0; k < 8; ++k) {
@@ -46,18 +47,24 @@ uint32_t crc32(const unsigned char* data, size_t size) {
       t[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; ++i) {
-      for (size_t k = 1; k < 4; ++k) {
+      for (size_t k = 1; k < 8; ++k) {
         t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
       }
     }
     return t;
   }();
+  const auto little_endian_word = [&](size_t at) {
+    return static_cast<uint32_t>(data[at]) | (static_cast<uint32_t>(data[at + 1]) << 8) |
+        (static_cast<uint32_t>(data[at + 2]) << 16) | (static_cast<uint32_t>(data[at + 3]) << 24);
+  };
   uint32_t c = 0xFFFFFFFFu;
   size_t i = 0;
-  for (; i + 4 <= size; i += 4) {
-    c ^= static_cast<uint32_t>(data[i]) | (static_cast<uint32_t>(data[i + 1]) << 8) |
-        (static_cast<uint32_t>(data[i + 2]) << 16) | (static_cast<uint32_t>(data[i + 3]) << 24);
-    c = tables[3][c & 0xFF] ^ tables[2][(c >> 8) & 0xFF] ^ tables[1][(c >> 16) & 0xFF] ^ tables[0][c >> 24];
+  for (; i + 8 <= size; i += 8) {
+    const uint32_t low = c ^ little_endian_word(i);
+    const uint32_t high = little_endian_word(i + 4);
+    c = tables[7][low & 0xFF] ^ tables[6][(low >> 8) & 0xFF] ^ tables[5][(low >> 16) & 0xFF] ^
+        tables[4][low >> 24] ^ tables[3][high & 0xFF] ^ tables[2][(high >> 8) & 0xFF] ^
+        tables[1][(high >> 16) & 0xFF] ^ tables[0][high >> 24];
   }
   for (; i < size; ++i) {
     c = tables[0][(c ^ data[i]) & 0xFF] ^ (c >> 8);
