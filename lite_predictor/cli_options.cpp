@@ -54,8 +54,8 @@ options:
   --parallel K       after the normal runs, run the same loaded module from K threads at once, each
                      for --iters runs; report throughput and whether every output was identical
   --profile-ops      after the timed runs, run --iters more timing every operator call, and report
-                     each operator's calls, time per run and share of the run (the timings above are
-                     from the runs without the per-call timer; operators are named without overload)
+                     each operator's calls, time per run and share of the run (the report's timing
+                     line still comes from runs without the timer; operators are named without overload)
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
   --save-outputs F   write the outputs for torch.load (a tuple of tensors)
