@@ -18,9 +18,14 @@ struct CallStart : at::ObserverContext {
 };
 
 // The callbacks are plain functions (RecordFunction takes function pointers), so the totals live here.
+struct OpTotal {
+  int64_t calls = 0;
+  double ms = 0.0;
+};
+
 struct Totals {
   std::mutex mutex;
-  std::unordered_map<std::string, OpTiming> by_op;
+  std::unordered_map<std::string, OpTotal> by_op;
   bool active = false;
 };
 
@@ -37,12 +42,9 @@ void on_call_end(const at::RecordFunction& call, at::ObserverContext* context) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - static_cast<CallStart*>(context)->start).count();
   Totals& all = totals();
   const std::lock_guard<std::mutex> lock(all.mutex);
-  OpTiming& timing = all.by_op[call.name()];
-  if (timing.calls == 0) {
-    timing.op = call.name();
-  }
-  timing.calls += 1;
-  timing.total_ms += ms;
+  OpTotal& total = all.by_op[call.name()];
+  total.calls += 1;
+  total.ms += ms;
 }
 
 } // namespace
@@ -73,8 +75,8 @@ std::vector<OpTiming> OpProfiler::timings() const {
   std::vector<OpTiming> result;
   {
     const std::lock_guard<std::mutex> lock(all.mutex);
-    for (const auto& [name, timing] : all.by_op) {
-      result.push_back(timing);
+    for (const auto& [name, total] : all.by_op) {
+      result.push_back({name, total.calls, total.ms});
     }
   }
   std::sort(result.begin(), result.end(), [](const OpTiming& a, const OpTiming& b) {

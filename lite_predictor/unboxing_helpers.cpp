@@ -136,6 +136,8 @@ c10::IValue box_scalar(const at::Scalar& result) {
   return c10::IValue(result);
 }
 
+// replace_arguments pushes itself rather than calling push_result: at -Os that call is not inlined and
+// costs 12 instructions per op call (callgrind, micro_add_loop).
 void replace_arguments(torch::jit::Stack& stack, size_t count, at::Tensor result) {
   drop_arguments(stack, count);
   stack.emplace_back(std::move(result));
