@@ -39,9 +39,9 @@ dump_ops() {
 
 build_predictor() {
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-    say "configuring $BUILD_DIR (STATIC_DISPATCH_BACKEND=CPU, USE_LIGHTWEIGHT_DISPATCH=ON)"
+    say "configuring $BUILD_DIR (STATIC_DISPATCH_BACKEND=CPU;QuantizedCPU, USE_LIGHTWEIGHT_DISPATCH=ON)"
     cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DPython3_EXECUTABLE="$PY" \
-      -DSTATIC_DISPATCH_BACKEND=CPU -DUSE_LIGHTWEIGHT_DISPATCH=ON
+      "-DSTATIC_DISPATCH_BACKEND=CPU;QuantizedCPU" -DUSE_LIGHTWEIGHT_DISPATCH=ON
   fi
   say "building lite_predictor"
   local start=$SECONDS

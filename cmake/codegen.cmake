@@ -23,14 +23,17 @@ function(lightweight_dispatch_generate_kernels)
     set(_selection --op-selection-yaml-path "${ARG_OPS_YAML}")
     set(_selection_deps "${ARG_OPS_YAML}")
   endif()
+  # CMake's list separator would split the argument: pass CPU,QuantizedCPU.
+  string(REPLACE ";" "," _backends "${STATIC_DISPATCH_BACKEND}")
   set(_stamp "${ARG_OUTPUT_DIR}/.generated.stamp")
   add_custom_command(
     OUTPUT "${_stamp}"
     BYPRODUCTS ${_sources} "${ARG_OUTPUT_DIR}/codegen_report.json"
     COMMAND "${Python3_EXECUTABLE}" -m tools.gen_unboxing ${_selection}
             --install-dir "${ARG_OUTPUT_DIR}" --num-shards ${ARG_NUM_SHARDS}
+            --backends "${_backends}"
     COMMAND "${CMAKE_COMMAND}" -E touch "${_stamp}"
-    DEPENDS ${_selection_deps} ${_generator_sources} "${_root}/custom_ops.yaml"
+    DEPENDS ${_selection_deps} ${_generator_sources} "${_root}/custom_ops.yaml" "${_root}/quantized_ops.yaml"
             "${TORCHGEN_DIR}/packaged/ATen/native/native_functions.yaml"
             "${TORCHGEN_DIR}/packaged/ATen/native/tags.yaml"
     WORKING_DIRECTORY "${_root}"
@@ -40,7 +43,8 @@ function(lightweight_dispatch_generate_kernels)
   # The conversions every generated shard calls (lite_predictor/unboxing_helpers.h), compiled once for
   # all generated-kernel libraries of the build rather than inlined into every shard.
   if(NOT TARGET lightweight_dispatch_unboxing_helpers)
-    add_library(lightweight_dispatch_unboxing_helpers STATIC "${_root}/lite_predictor/unboxing_helpers.cpp")
+    add_library(lightweight_dispatch_unboxing_helpers STATIC
+      "${_root}/lite_predictor/unboxing_helpers.cpp" "${_root}/lite_predictor/dispatcher_call.cpp")
     target_include_directories(lightweight_dispatch_unboxing_helpers PUBLIC "${_root}")
     target_link_libraries(lightweight_dispatch_unboxing_helpers PUBLIC ${TORCH_LIBRARIES})
     target_compile_options(lightweight_dispatch_unboxing_helpers PRIVATE ${GENERATED_CODE_OPTIMIZATION})

@@ -47,6 +47,11 @@ options:
   --iters N          timed runs after warm-up (default 10)
   --warmup N         untimed runs after the first (default 1)
   --threads T        intra-op threads (default: LibTorch's choice)
+  --qengine E        quantized engine: qnnpack, fbgemm, x86 or onednn (those this LibTorch has). Set
+                     before the model loads, since a quantized model's packed weights are rebuilt at
+                     load with it. Default: LibTorch's default, x86 on x86-64 (what eager PyTorch and
+                     dump_ops.py's reference outputs use); qnnpack is what ARM phones run. Engines
+                     round differently: compare outputs made with the same engine
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
   --interpreter I    the loop that runs the bytecode: lightweight (lite_predictor's own, checks the
                      bytecode once at load) or stock (LibTorch's InterpreterState); default:
@@ -102,6 +107,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.warmup = parse_int(arg, value(), 0);
     } else if (arg == "--threads") {
       options.threads = parse_int(arg, value(), 1);
+    } else if (arg == "--qengine") {
+      options.qengine = value();
     } else if (arg == "--dispatch") {
       const std::string& mode = value();
       if (mode == "static") {

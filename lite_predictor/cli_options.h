@@ -25,6 +25,7 @@ struct Options {
   int iters = 10;
   int warmup = 1;
   int threads = 0; // 0: leave LibTorch's default
+  std::optional<std::string> qengine; // unset: LibTorch's default quantized engine
   DispatchMode dispatch = DispatchMode::Static;
   // Default: Lightweight with static dispatch, Stock with dynamic (the unmodified stock runtime).
   InterpreterKind interpreter = InterpreterKind::Lightweight;

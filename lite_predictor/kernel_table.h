@@ -12,6 +12,9 @@ struct GeneratedKernel {
   const char* op_name; // "aten::add.Tensor"
   const char* schema;  // the JIT schema; its default values fill arguments a call site omits
   void (*unboxed)(torch::jit::Stack& stack);
+  // nullptr: the function calls LibTorch's kernel directly. Otherwise it calls the operator through the
+  // c10 dispatcher (quantized_ops.yaml's `dispatcher` entries), and this says why.
+  const char* dispatcher_reason;
 };
 
 // Defined by the generated KernelTable.cpp, or empty in a build without lightweight dispatch.

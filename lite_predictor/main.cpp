@@ -8,6 +8,7 @@
 #include <lite_predictor/op_binding.h>
 #include <lite_predictor/op_profile.h>
 #include <lite_predictor/output_check.h>
+#include <lite_predictor/quantized_engine.h>
 #include <lite_predictor/run_report.h>
 #include <lite_predictor/tensor_io.h>
 
@@ -301,7 +302,15 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   if (options.threads > 0) {
     at::set_num_threads(options.threads);
   }
+  if (options.qengine) {
+    try {
+      ld::set_quantized_engine(*options.qengine);
+    } catch (const ld::QuantizedEngineError& e) {
+      throw Failure{kUsage, e.what()};
+    }
+  }
   ld::RunReport report;
+  report.qengine = ld::current_quantized_engine();
   report.model = options.model_path;
   report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
   report.interpreter = ld::interpreter_name(options.interpreter);

@@ -91,10 +91,10 @@ void for_each_function(const torch::jit::mobile::Module& module, Visit visit) {
   }
 }
 
-BindingReport sorted_report(const std::map<std::string, OpPath>& paths) {
+BindingReport sorted_report(const std::map<std::string, OpUse>& uses) {
   BindingReport report;
-  for (const auto& [name, path] : paths) {
-    report.ops.push_back({name, path});
+  for (const auto& entry : uses) {
+    report.ops.push_back(entry.second);
   }
   return report;
 }
@@ -156,7 +156,7 @@ c10::FunctionSchema parse_kernel_schema(const GeneratedKernel& kernel) {
 }
 
 BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex& index) {
-  std::map<std::string, OpPath> paths;
+  std::map<std::string, OpUse> paths;
   std::set<std::string> not_in_build;
   std::set<std::string> unresolved;
   std::unordered_map<std::string, c10::FunctionSchema> schemas; // parsed once per operator the model calls
@@ -171,11 +171,12 @@ BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex&
           schema = schemas.emplace(name, parse_kernel_schema(*kernel)).first;
         }
         code.operators_[i] = with_defaults(kernel->unboxed, schema->second, code.operator_input_sizes_[i], name);
-        paths[name] = OpPath::Static;
+        paths[name] = kernel->dispatcher_reason ? OpUse{name, OpPath::Dispatcher, kernel->dispatcher_reason}
+                                                : OpUse{name, OpPath::Static, ""};
       } else if (dispatcher_knows(code.op_names_[i])) {
         not_in_build.insert(name);
       } else if (code.operators_[i]) {
-        paths[name] = OpPath::Jit;
+        paths[name] = OpUse{name, OpPath::Jit, ""};
       } else {
         unresolved.insert(name);
       }
@@ -186,8 +187,8 @@ BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex&
     if (!not_in_build.empty()) {
       message << "this build has no generated kernel for " << not_in_build.size()
               << " operator(s) the model calls:" << join(not_in_build)
-              << "\nAdd them to the ops yaml (python scripts/dump_ops.py --model-file MODEL.ptl) and rebuild "
-                 "(./build.sh), or run with --dispatch dynamic.";
+              << "\nThe ops yaml this build was generated from does not list them: add them (python "
+                 "scripts/dump_ops.py --model-file MODEL.ptl) and rebuild (./build.sh), or run with --dispatch dynamic.";
     }
     if (!unresolved.empty()) {
       message << (not_in_build.empty() ? "" : "\n") << unresolved.size()
@@ -203,11 +204,12 @@ BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex&
 }
 
 BindingReport describe_dynamic(const torch::jit::mobile::Module& module) {
-  std::map<std::string, OpPath> paths;
+  std::map<std::string, OpUse> paths;
   for_each_function(module, [&](torch::jit::mobile::Function& function) {
     const auto& code = function.get_code();
     for (const auto& op_name : code.op_names_) {
-      paths[op_display_name(op_name)] = dispatcher_knows(op_name) ? OpPath::Dispatcher : OpPath::Jit;
+      const std::string name = op_display_name(op_name);
+      paths[name] = OpUse{name, dispatcher_knows(op_name) ? OpPath::Dispatcher : OpPath::Jit, ""};
     }
   });
   return sorted_report(paths);

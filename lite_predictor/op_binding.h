@@ -16,7 +16,8 @@ namespace lightweight_dispatch {
 enum class OpPath {
   Static,     // a generated kernel that calls the per-backend kernel directly
   Jit,        // a JIT-native operator (aten::size, prim::*), kept as the interpreter implements it
-  Dispatcher, // the stock interpreter's path through the c10 dispatcher (--dispatch dynamic)
+  Dispatcher, // through the c10 dispatcher: the stock interpreter's path (--dispatch dynamic), or a generated
+              // function for an operator LibTorch exports no entry point for (OpUse::reason says which)
 };
 
 const char* op_path_name(OpPath path);
@@ -24,6 +25,8 @@ const char* op_path_name(OpPath path);
 struct OpUse {
   std::string name; // "aten::add.Tensor"
   OpPath path;
+  // Why a statically bound operator still goes through the dispatcher (quantized_ops.yaml); empty otherwise.
+  std::string reason;
 };
 
 // Every distinct operator a module calls, sorted by name, with the path it takes.

@@ -87,7 +87,8 @@ void print_profile_json(std::ostream& out, const RunReport& report) {
 
 void print_text(std::ostream& out, const RunReport& report) {
   out << "model:     " << report.model << "\n";
-  out << "dispatch:  " << report.dispatch << ", " << report.interpreter << " interpreter\n";
+  out << "dispatch:  " << report.dispatch << ", " << report.interpreter << " interpreter, quantized engine "
+      << report.qengine << "\n";
   out << "operators: " << report.ops.size();
   const char* separator = " (";
   for (const auto& [path, count] : count_by_path(report.ops)) {
@@ -96,7 +97,11 @@ void print_text(std::ostream& out, const RunReport& report) {
   }
   out << (report.ops.empty() ? "" : ")") << "\n";
   for (const auto& op : report.ops) {
-    out << "  " << std::left << std::setw(12) << op_path_name(op.path) << op.name << "\n";
+    out << "  " << std::left << std::setw(12) << op_path_name(op.path) << op.name;
+    if (!op.reason.empty()) {
+      out << "  (" << op.reason << ")";
+    }
+    out << "\n";
   }
   out << "inputs:    " << report.input_source << "\n";
   out << std::fixed << std::setprecision(3);
@@ -134,9 +139,13 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"ops\": [";
   for (size_t i = 0; i < report.ops.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << json_string(report.ops[i].name)
-        << ", \"path\": " << json_string(op_path_name(report.ops[i].path)) << "}";
+        << ", \"path\": " << json_string(op_path_name(report.ops[i].path));
+    if (!report.ops[i].reason.empty()) {
+      out << ", \"reason\": " << json_string(report.ops[i].reason);
+    }
+    out << "}";
   }
-  out << "], \"inputs\": " << json_string(report.input_source) << ", \"expected\": "
+  out << "], \"qengine\": " << json_string(report.qengine) << ", \"inputs\": " << json_string(report.input_source) << ", \"expected\": "
       << (report.expected_source ? json_string(*report.expected_source) : "null") << ", \"outputs_match\": "
       << (report.outputs_match ? (*report.outputs_match ? "true" : "false") : "null")
       << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)
@@ -159,7 +168,12 @@ void print_op_list_json(std::ostream& out, c10::ArrayRef<GeneratedKernel> kernel
   out << "{\"ops\": [";
   for (size_t i = 0; i < kernels.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << json_string(kernels[i].op_name)
-        << ", \"schema\": " << json_string(kernels[i].schema) << "}";
+        << ", \"schema\": " << json_string(kernels[i].schema)
+        << ", \"path\": " << json_string(kernels[i].dispatcher_reason ? "dispatcher" : "static");
+    if (kernels[i].dispatcher_reason) {
+      out << ", \"reason\": " << json_string(kernels[i].dispatcher_reason);
+    }
+    out << "}";
   }
   out << "]}\n";
 }

@@ -15,6 +15,7 @@ struct RunReport {
   std::string model;
   std::string dispatch; // "static" or "dynamic"
   std::string interpreter; // "lightweight" or "stock"
+  std::string qengine; // the quantized engine packed weights were built with: "x86", "qnnpack", ...
   std::vector<OpUse> ops;
   std::string input_source;
   std::optional<std::string> expected_source;

@@ -153,4 +153,26 @@ void replace_arguments(torch::jit::Stack& stack, size_t count, c10::IValue resul
   stack.push_back(std::move(result));
 }
 
+bool holds_quantized_tensor(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return value.toTensor().is_quantized();
+  }
+  if (value.isList()) { // Tensor[] or Tensor?[], typed or generic
+    for (const c10::IValue& element : value.toListRef()) {
+      if (element.isTensor() && element.toTensor().is_quantized()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void throw_no_cpu_kernel(const char* op_name) {
+  TORCH_CHECK(
+      false,
+      op_name,
+      " has a QuantizedCPU kernel only: it takes quantized tensors, and this call passed none "
+      "(the dispatcher would refuse it for backend CPU too)");
+}
+
 } // namespace lightweight_dispatch::generated

@@ -64,6 +64,14 @@ std::optional<c10::ArrayRef<typename Storage::value_type>> optional_array_ref(co
 // List[Optional[Tensor]] literal), which IValue::toOptionalTensorList() rejects; convert those.
 c10::List<std::optional<at::Tensor>> optional_tensor_list(const c10::IValue& value);
 
+// --- backend choice (STATIC_DISPATCH_BACKEND with QuantizedCPU)
+
+// Whether a `Tensor?`, `Tensor[]` or `Tensor?[]` argument holds a quantized tensor.
+bool holds_quantized_tensor(const c10::IValue& value);
+
+// The error the dispatcher gives for an operator with no CPU kernel called on CPU tensors.
+[[noreturn]] void throw_no_cpu_kernel(const char* op_name);
+
 // --- results. The result is taken by value, so a kernel returning a reference to one of its arguments
 // (in-place and out= kernels) has it copied before the arguments leave the stack.
 

@@ -178,3 +178,42 @@ def check_return_boxable(r: Return) -> None:
     if isinstance(t, ListType) and _is_base(t.elem, BaseTy.Tensor):
         return
     raise UnsupportedType(f"no boxing for return type {t}")
+
+
+# TorchScript classes whose objects operator arguments carry, and the C++ class behind each
+# (ATen/native/quantized/PackedParams.h).
+CUSTOM_CLASSES: dict[str, str] = {
+    "__torch__.torch.classes.quantized.Conv2dPackedParamsBase": "ConvPackedParamsBase<2>",
+    "__torch__.torch.classes.quantized.Conv3dPackedParamsBase": "ConvPackedParamsBase<3>",
+    "__torch__.torch.classes.quantized.LinearPackedParamsBase": "LinearPackedParamsBase",
+}
+
+
+def custom_class_cpp_type(qualified: str) -> str:
+    if qualified not in CUSTOM_CLASSES:
+        raise UnsupportedType(f"no C++ class known for the TorchScript class {qualified}")
+    return CUSTOM_CLASSES[qualified]
+
+
+def unbox_custom_class(name: str, cpp_class: str, ivalue: str) -> UnboxedArgument:
+    """The object's C++ instance; toCustomClass checks the object's class."""
+    return UnboxedArgument(
+        (f"const c10::intrusive_ptr<{cpp_class}> {name} = {ivalue}.toCustomClass<{cpp_class}>();",), name
+    )
+
+
+def quantized_check(t: Type, ivalue: str) -> str | None:
+    """A C++ condition true when the tensor(s) argument `ivalue` holds include a quantized one; None for others.
+
+    A plain tensor is checked inline (one dispatch-key-set test on the float path); optional tensors and
+    tensor lists go through the out-of-line helper (lite_predictor/unboxing_helpers.h).
+    """
+    if _is_base(t, BaseTy.Tensor):
+        return f"{ivalue}.toTensor().is_quantized()"
+    if isinstance(t, OptionalType) and _is_base(t.elem, BaseTy.Tensor):
+        return f"holds_quantized_tensor({ivalue})"
+    if isinstance(t, ListType) and (
+        _is_base(t.elem, BaseTy.Tensor) or (isinstance(t.elem, OptionalType) and _is_base(t.elem.elem, BaseTy.Tensor))
+    ):
+        return f"holds_quantized_tensor({ivalue})"
+    return None

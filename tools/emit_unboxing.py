@@ -7,12 +7,19 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Mapping
 from string import Template
 
 from torchgen.model import Argument, BaseTy, BaseType, FunctionSchema, Return
 
-from tools.cpp_types import UnsupportedType, check_return_boxable, unbox_argument
-from tools.native_ops import KernelChoice
+from tools.cpp_types import (
+    UnsupportedType,
+    check_return_boxable,
+    quantized_check,
+    unbox_argument,
+    unbox_custom_class,
+)
+from tools.native_ops import KernelChoice, KernelParameter
 
 
 @dataclass(frozen=True)
@@ -22,8 +29,10 @@ class GeneratedKernel:
     op_name: str  # aten::add.Tensor
     schema: str  # aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
     function_name: str  # aten_add_Tensor
-    header: str  # the per-operator header that declares the kernel
+    headers: tuple[str, ...]  # the headers that declare the kernel(s) it calls
     definition: str  # the C++ function
+    dispatcher_reason: str | None = None  # set when it calls the operator through the dispatcher, and why
+    chooses_backend: bool = False  # picks QuantizedCPU or CPU from its tensor arguments on every call
 
 
 def unboxing_function_name(op_name: str) -> str:
@@ -45,45 +54,125 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def emit_unboxing_body(func: FunctionSchema, kernel: KernelChoice) -> list[str]:
-    """The statements of an unboxing function: read the arguments, call the kernel, replace them by results."""
+def _unbox_arguments(
+    func: FunctionSchema, kernel: KernelChoice, custom_classes: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """The statements that read the kernel's arguments from `args[i]` (in schema order), and the call's arguments."""
     by_name = _schema_argument_index(func)
-    num_args = len(by_name)
-    lines = [f"auto args = stack.end() - {num_args};"] if num_args else []
+    parameters = list(kernel.parameters)
+    if kernel.receiver is not None:
+        parameters.append(KernelParameter(kernel.receiver, ""))
+    read: dict[int, list[str]] = {}
     call_args: list[str] = []
-    for parameter in kernel.parameters:
+    for parameter in parameters:
         if parameter.name not in by_name:
             raise UnsupportedType(f"kernel parameter {parameter.name} has no schema argument")
         index, argument = by_name[parameter.name]
-        unboxed = unbox_argument(
-            argument.name,
-            argument.type,
-            f"args[{index}]",
-            mutable=argument.is_write,
-            cpp_param_type=parameter.cpp_type,
-        )
-        lines.extend(unboxed.statements)
-        call_args.append(unboxed.expr)
+        if argument.name in custom_classes:
+            unboxed = unbox_custom_class(argument.name, custom_classes[argument.name], f"args[{index}]")
+        else:
+            unboxed = unbox_argument(
+                argument.name,
+                argument.type,
+                f"args[{index}]",
+                mutable=argument.is_write,
+                cpp_param_type=parameter.cpp_type,
+            )
+        read[index] = list(unboxed.statements)
+        if parameter.name != kernel.receiver:
+            call_args.append(unboxed.expr)
+    statements = [line for index in sorted(read) for line in read[index]]
+    return statements, call_args
+
+
+def _call_and_results(func: FunctionSchema, kernel: KernelChoice, call_args: list[str]) -> list[str]:
+    """Call the kernel and replace the arguments on the stack by its results."""
     for r in func.returns:
         check_return_boxable(r)
+    num_args = len(func.arguments.flat_all)
     call = f"{kernel.qualified_function}({', '.join(call_args)})"
     returns = func.returns
     # drop_arguments / push_result / replace_arguments: out-of-line helpers (lite_predictor/unboxing_helpers.h)
     # that take the result by value, so a result referring to an argument is copied before the drop.
     if len(returns) == 0:
-        lines.append(f"{call};")
+        lines = [f"{call};"]
         if num_args:
             lines.append(f"drop_arguments(stack, {num_args});")
-    elif len(returns) == 1:
-        lines.append(f"replace_arguments(stack, {num_args}, {_boxed(returns[0], call)});")
-    else:
-        lines.append(f"auto results = {call};")
-        if num_args:
-            lines.append(f"drop_arguments(stack, {num_args});")
-        lines.extend(
-            f"push_result(stack, {_boxed(r, f'std::get<{i}>(std::move(results))')});" for i, r in enumerate(returns)
-        )
+        return lines
+    if len(returns) == 1:
+        return [f"replace_arguments(stack, {num_args}, {_boxed(returns[0], call)});"]
+    lines = [f"auto results = {call};"]
+    if num_args:
+        lines.append(f"drop_arguments(stack, {num_args});")
+    lines.extend(
+        f"push_result(stack, {_boxed(r, f'std::get<{i}>(std::move(results))')});" for i, r in enumerate(returns)
+    )
     return lines
+
+
+def _arguments_line(func: FunctionSchema) -> list[str]:
+    num_args = len(func.arguments.flat_all)
+    return [f"auto args = stack.end() - {num_args};"] if num_args else []
+
+
+def emit_unboxing_body(
+    func: FunctionSchema, kernel: KernelChoice, custom_classes: Mapping[str, str] | None = None
+) -> list[str]:
+    """The statements of an unboxing function: read the arguments, call the kernel, replace them by results."""
+    statements, call_args = _unbox_arguments(func, kernel, custom_classes or {})
+    return _arguments_line(func) + statements + _call_and_results(func, kernel, call_args)
+
+
+def quantized_condition(func: FunctionSchema, tensor_locals: bool = False) -> str:
+    """True when any tensor argument is quantized: the dispatcher would pick QuantizedCPU for the call.
+
+    With `tensor_locals`, plain tensor arguments are already read into locals named after them.
+    """
+    checks = []
+    for i, argument in enumerate(func.arguments.flat_all):
+        check = quantized_check(argument.type, f"args[{i}]")
+        if check is not None and tensor_locals and check == f"args[{i}].toTensor().is_quantized()":
+            check = f"{argument.name}.is_quantized()"
+        if check is not None:
+            checks.append(check)
+    if not checks:
+        raise UnsupportedType("no tensor argument to choose the backend from")
+    return " || ".join(checks)
+
+
+def emit_backend_select_body(
+    op_name: str, func: FunctionSchema, cpu_kernel: KernelChoice | None, quantized_kernel: KernelChoice
+) -> list[str]:
+    """Pick the kernel from the tensor arguments' backend, once per call: QuantizedCPU if any is quantized.
+
+    Arguments read the same way for both kernels are read once, before the choice.
+    """
+    q_statements, q_args = _unbox_arguments(func, quantized_kernel, {})
+    quantized_call = _call_and_results(func, quantized_kernel, q_args)
+    if cpu_kernel is None:
+        condition = quantized_condition(func)
+        # Only a QuantizedCPU kernel: a float call is the dispatcher's "no kernel for backend CPU" error.
+        return (
+            _arguments_line(func)
+            + [f"if (!({condition})) {{", f"  throw_no_cpu_kernel({_c_string(op_name)});", "}"]
+            + q_statements
+            + quantized_call
+        )
+    cpu_statements, cpu_args = _unbox_arguments(func, cpu_kernel, {})
+    cpu_call = _call_and_results(func, cpu_kernel, cpu_args)
+    shared = cpu_statements if cpu_statements == q_statements else []
+    condition = quantized_condition(func, tensor_locals=bool(shared))
+    q_only = [] if shared else q_statements
+    cpu_only = [] if shared else cpu_statements
+    return (
+        _arguments_line(func)
+        + shared
+        + [f"if ({condition}) {{"]
+        + [f"  {line}" for line in q_only + quantized_call + ["return;"]]
+        + ["}"]
+        + cpu_only
+        + cpu_call
+    )
 
 
 def _boxed(r: Return, expr: str) -> str:
@@ -92,22 +181,65 @@ def _boxed(r: Return, expr: str) -> str:
     return f"box_scalar({expr})" if is_scalar else expr
 
 
-def emit_generated_kernel(op_name: str, schema: str, func: FunctionSchema, kernel: KernelChoice) -> GeneratedKernel:
+def _definition(name: str, comments: list[str], body: list[str]) -> str:
+    lines = "\n".join(f"  {line}" for line in body)
+    header = "".join(f"// {c}\n" for c in comments)
+    return f"{header}void {name}(torch::jit::Stack& stack) {{\n{lines}\n}}\n"
+
+
+def emit_generated_kernel(
+    op_name: str,
+    schema: str,
+    func: FunctionSchema,
+    kernel: KernelChoice,
+    custom_classes: Mapping[str, str] | None = None,
+) -> GeneratedKernel:
     name = unboxing_function_name(op_name)
-    body = "\n".join(f"  {line}" for line in emit_unboxing_body(func, kernel))
-    definition = (
-        f"// {schema}\n"
-        f"// kernel: {kernel.qualified_function} ({kernel.dispatch_key})\n"
-        f"void {name}(torch::jit::Stack& stack) {{\n{body}\n}}\n"
+    definition = _definition(
+        name,
+        [schema, f"kernel: {kernel.qualified_function} ({kernel.dispatch_key})"],
+        emit_unboxing_body(func, kernel, custom_classes),
     )
-    return GeneratedKernel(op_name, schema, name, kernel.header, definition)
+    return GeneratedKernel(op_name, schema, name, (kernel.header,), definition)
+
+
+def emit_backend_select_kernel(
+    op_name: str, schema: str, func: FunctionSchema, cpu_kernel: KernelChoice | None, quantized_kernel: KernelChoice
+) -> GeneratedKernel:
+    """A native op with a QuantizedCPU kernel, in a build whose backends include QuantizedCPU."""
+    name = unboxing_function_name(op_name)
+    choice = f"kernel: {quantized_kernel.qualified_function} (QuantizedCPU) if a tensor argument is quantized"
+    otherwise = (
+        f"else {cpu_kernel.qualified_function} ({cpu_kernel.dispatch_key})" if cpu_kernel else "else an error (no CPU kernel)"
+    )
+    definition = _definition(
+        name, [schema, choice, otherwise], emit_backend_select_body(op_name, func, cpu_kernel, quantized_kernel)
+    )
+    headers = (quantized_kernel.header,) + ((cpu_kernel.header,) if cpu_kernel else ())
+    return GeneratedKernel(op_name, schema, name, headers, definition, chooses_backend=True)
+
+
+DISPATCHER_CALL_HEADER = "lite_predictor/dispatcher_call.h"
+
+
+def emit_dispatcher_kernel(op_name: str, schema: str, reason: str) -> GeneratedKernel:
+    """An operator LibTorch exports no entry point for: called through its c10 operator handle, found once."""
+    name = unboxing_function_name(op_name)
+    base, _, overload = op_name.partition(".")
+    body = [
+        f"static const c10::OperatorHandle& op = find_dispatcher_operator({_c_string(base)}, {_c_string(overload)});",
+        "call_through_dispatcher(op, stack);",
+    ]
+    definition = _definition(name, [schema, f"kernel: the c10 dispatcher, because {reason}"], body)
+    return GeneratedKernel(op_name, schema, name, (DISPATCHER_CALL_HEADER,), definition, dispatcher_reason=reason)
 
 
 SHARD_TEMPLATE = Template(
     """\
 // @generated by tools/gen_unboxing.py from $source: do not edit.
 // Unboxing functions, shard $shard of $num_shards: each pops its operator's arguments from the lite
-// interpreter's stack, calls the per-backend kernel directly (no dispatcher) and pushes the results.
+// interpreter's stack, calls the per-backend kernel directly and pushes the results. The only calls
+// into the c10 dispatcher are those whose comment says so (quantized_ops.yaml's `dispatcher` entries).
 #include <lite_predictor/unboxing_helpers.h>
 
 $includes
@@ -122,7 +254,7 @@ $definitions
 
 def emit_shard(kernels: list[GeneratedKernel], shard: int, num_shards: int, source: str) -> str:
     ordered = sorted(kernels, key=lambda k: k.op_name)
-    headers = sorted({k.header for k in ordered})
+    headers = sorted({h for k in ordered for h in k.headers})
     return SHARD_TEMPLATE.substitute(
         source=source,
         shard=shard,
@@ -170,12 +302,13 @@ def emit_kernel_table(kernels: list[GeneratedKernel], source: str) -> str:
         raise ValueError("two operators map to the same unboxing function name")
     declarations = "\n".join(f"void {k.function_name}(torch::jit::Stack& stack);" for k in ordered)
     rows = "\n".join(
-        f"    {{{_c_string(k.op_name)},\n     {_c_string(k.schema)},\n     &generated::{k.function_name}}},"
+        f"    {{{_c_string(k.op_name)},\n     {_c_string(k.schema)},\n     &generated::{k.function_name},\n"
+        f"     {_c_string(k.dispatcher_reason) if k.dispatcher_reason else 'nullptr'}}},"
         for k in ordered
     )
     if not ordered:
         # A C++ array cannot be empty; an empty selection binds nothing.
-        rows = '    {"", "", nullptr},'
+        rows = '    {"", "", nullptr, nullptr},'
         array_ref = "{}"
     else:
         array_ref = "kGeneratedKernels"

@@ -19,3 +19,19 @@ def jit_operator_names() -> frozenset[str]:
 
     return frozenset(schema_op_name(s.name, s.overload_name) for s in torch._C._jit_get_all_schemas())
 
+
+
+def dispatcher_has_operator(op_name: str) -> bool:
+    """Whether the c10 dispatcher of the installed torch has `namespace::name.overload` (native or not).
+
+    Tells a dispatcher operator registered outside native_functions.yaml (quantized::add) from a JIT-native
+    one (aten::size): both are in the JIT registry, only the first in the dispatcher.
+    """
+    import torch
+
+    name, _, overload = op_name.partition(".")
+    try:
+        torch._C._dispatch_find_schema_or_throw(name, overload)
+    except RuntimeError:
+        return False
+    return True

@@ -12,7 +12,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 import torchgen
-from torchgen.api.types import CppSignatureGroup
+from torchgen.api.types import CppSignatureGroup, NativeSignature
 from torchgen.context import native_function_manager
 from torchgen.gen import parse_native_yaml
 from torchgen.model import BackendIndex, DispatchKey, NativeFunction
@@ -47,19 +47,28 @@ class KernelChoice:
     function: str  # e.g. "add", "add_outf"
     header: str  # e.g. "ATen/ops/add_cpu_dispatch.h"
     parameters: tuple[KernelParameter, ...]  # as the installed header declares them
+    # A method kernel: the schema argument whose object the method is called on (packed_weight->apply(...)).
+    receiver: str | None = None
 
     @property
     def qualified_function(self) -> str:
+        if self.receiver is not None:
+            return f"{self.receiver}->{self.function}"
         return f"{self.namespace}::{self.function}"
 
 
 @dataclass(frozen=True)
 class NativeOp:
-    """One entry of native_functions.yaml with its static-dispatch decision."""
+    """One entry of native_functions.yaml with its static-dispatch decision.
+
+    `kernel` is what CPU static dispatch calls; `quantized_kernel` the QuantizedCPU kernel native_functions.yaml
+    names, which a build whose backends include QuantizedCPU calls when a tensor argument is quantized.
+    """
 
     function: NativeFunction
     kernel: KernelChoice | None
     unsupported_reason: str | None
+    quantized_kernel: KernelChoice | None = None
 
     @property
     def name(self) -> str:
@@ -115,13 +124,35 @@ def _backends_with_kernels(f: NativeFunction, indices: dict[DispatchKey, Backend
     return sorted(str(key) for key, index in indices.items() if index.has_kernel(f))
 
 
+def quantized_cpu_kernel(f: NativeFunction, index: BackendIndex) -> KernelChoice | None:
+    """The at::native function native_functions.yaml names for QuantizedCPU, declared in ATen/ops/<op>_native.h.
+
+    None when there is none, or when it is a structured or SymInt kernel (no such QuantizedCPU kernel exists in
+    torch 2.13; neither could be called with the arguments the lite interpreter has).
+    """
+    metadata = index.get_kernel(f)
+    if metadata is None or metadata.structured or metadata.supports_symint():
+        return None
+    with native_function_manager(f):
+        signature = NativeSignature(f.func, prefix="", symint=False)
+        parameters = tuple(KernelParameter(b.name, str(b.type)) for b in signature.arguments())
+    return KernelChoice(
+        dispatch_key=str(DispatchKey.QuantizedCPU),
+        namespace="at::native",
+        function=metadata.kernel,
+        header=f"ATen/ops/{f.root_name}_native.h",
+        parameters=parameters,
+    )
+
+
 def model_native_op(
     f: NativeFunction, indices: dict[DispatchKey, BackendIndex], by_name: dict[str, NativeFunction]
 ) -> NativeOp:
+    quantized = quantized_cpu_kernel(f, indices[DispatchKey.QuantizedCPU])
     key = choose_dispatch_key(f, indices, by_name)
     if key is None:
         others = ", ".join(_backends_with_kernels(f, indices)) or "none"
-        return NativeOp(f, None, f"no CPU or composite kernel (kernels exist only for: {others})")
+        return NativeOp(f, None, f"no CPU or composite kernel (kernels exist only for: {others})", quantized)
     function, parameters = _kernel_signature(f)
     lowered = str(key).lower()
     return NativeOp(
@@ -134,6 +165,7 @@ def model_native_op(
             parameters=parameters,
         ),
         None,
+        quantized,
     )
 
 
@@ -152,6 +184,14 @@ class NativeCatalog:
     @cached_property
     def reachable_cpu(self) -> int:
         return sum(1 for op in self.ops.values() if op.kernel is not None)
+
+    @cached_property
+    def with_quantized_kernel(self) -> int:
+        return sum(1 for op in self.ops.values() if op.quantized_kernel is not None)
+
+    @cached_property
+    def reachable_cpu_or_quantized(self) -> int:
+        return sum(1 for op in self.ops.values() if op.kernel is not None or op.quantized_kernel is not None)
 
 
 @lru_cache(maxsize=4)

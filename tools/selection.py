@@ -104,22 +104,31 @@ def load_op_selection(path: Path) -> OpSelection:
     return parse_op_selection(text, str(path))
 
 
-def render_op_selection(selection: OpSelection, jit_native: frozenset[str] = frozenset()) -> str:
+NON_NATIVE_MARK = "# dispatcher op, not native"
+
+
+def render_op_selection(
+    selection: OpSelection, jit_native: frozenset[str] = frozenset(), non_native: frozenset[str] = frozenset()
+) -> str:
     """torchgen's selective-build format, one operator per line, sorted, so diffs stay readable.
 
     Operators in `jit_native` get a trailing comment: the interpreter implements them itself and the
-    generator makes no kernel for them.
+    generator makes no kernel for them. Operators in `non_native` (c10 dispatcher operators registered
+    outside native_functions.yaml, such as quantized::add) get another: the generator makes their kernels
+    from quantized_ops.yaml.
     """
     lines = [
         "# Operators the lite_predictor build carries, written by scripts/dump_ops.py.",
         "# debug_info lists the sources (models, model files, ops yamls) that call each operator;",
-        "# '# JIT-native' marks operators the interpreter implements itself (no kernel is generated).",
+        "# '# JIT-native' marks operators the interpreter implements itself (no kernel is generated);",
+        f"# '{NON_NATIVE_MARK}' marks dispatcher operators outside native_functions.yaml (kernels generated",
+        "# from quantized_ops.yaml).",
         f"include_all_operators: {'true' if selection.include_all_operators else 'false'}",
         "operators:" if selection.ops else "operators: {}",
     ]
     for op in sorted(selection.ops, key=lambda o: o.name):
         used_by = ", ".join(op.used_by)
-        mark = "  # JIT-native" if op.name in jit_native else ""
+        mark = "  # JIT-native" if op.name in jit_native else f"  {NON_NATIVE_MARK}" if op.name in non_native else ""
         lines.append(
             f"  {op.name}: {{is_root_operator: true, is_used_for_training: false, "
             f"include_all_overloads: false, debug_info: [{used_by}]}}{mark}"
