@@ -27,7 +27,14 @@ def configure(build_dir: Path, *options: str) -> subprocess.CompletedProcess[str
 def test_wrong_static_dispatch_backend_fails_configure(tmp_path: Path) -> None:
     result = configure(tmp_path / "b", "-DSTATIC_DISPATCH_BACKEND=CUDA")
     assert result.returncode != 0
-    assert "STATIC_DISPATCH_BACKEND='CUDA' is not supported: CPU is the only backend" in result.stderr
+    assert "STATIC_DISPATCH_BACKEND='CUDA': 'CUDA' is not supported" in result.stderr
+    assert "-DSTATIC_DISPATCH_BACKEND='CPU;QuantizedCPU'" in " ".join(result.stderr.split())
+
+
+def test_static_dispatch_backends_must_include_cpu(tmp_path: Path) -> None:
+    result = configure(tmp_path / "b", "-DSTATIC_DISPATCH_BACKEND=QuantizedCPU")
+    assert result.returncode != 0
+    assert "STATIC_DISPATCH_BACKEND='QuantizedCPU' must include CPU" in " ".join(result.stderr.split())
 
 
 def test_configured_build_is_up_to_date_after_building() -> None:

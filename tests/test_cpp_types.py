@@ -166,5 +166,9 @@ def test_all_ops_report(tmp_path: Path) -> None:
     assert report["kernels_by_dispatch_key"] == {
         "CPU": 1067, "CompositeExplicitAutograd": 1050, "CompositeExplicitAutogradNonFunctional": 54,
         "CompositeImplicitAutograd": 740, "custom": 6,
+        # native ops with a QuantizedCPU kernel only (q_scale, int_repr, ...), quantized_ops.yaml's method and
+        # function entries, and its entries LibTorch exports no entry point for
+        "QuantizedCPU": 13, "quantized_ops.yaml": 9, "dispatcher": 22,
     }
     assert len(report["custom_generated"]) == 6
+    assert report["reachable_cpu_or_quantized_cpu"] == 2911 + 13

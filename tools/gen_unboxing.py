@@ -212,16 +212,19 @@ def render_report(
         "dispatcher_path": [{"name": k.op_name, "reason": k.dispatcher_reason} for k in result.kernels if k.dispatcher_reason],
         "jit_native": list(result.jit_native),
         "unsupported": [{"name": n, "reason": r} for n, r in result.unsupported],
-        "kernels_by_dispatch_key": _count_by_key(catalog, result),
+        "kernels_by_dispatch_key": _count_by_key(catalog, result, frozenset(quantized)),
     }
     return json.dumps(report, indent=2) + "\n"
 
 
-def _count_by_key(catalog: NativeCatalog, result: GenerationResult) -> dict[str, int]:
+def _count_by_key(catalog: NativeCatalog, result: GenerationResult, quantized: frozenset[str]) -> dict[str, int]:
+    """Generated functions by what they call: a dispatch key's kernels, quantized_ops.yaml's, custom, dispatcher."""
     counts: dict[str, int] = {}
     for kernel in result.kernels:
         if kernel.dispatcher_reason:
             key = "dispatcher"
+        elif kernel.op_name in quantized:
+            key = "quantized_ops.yaml"
         elif kernel.op_name in catalog:
             op = catalog[kernel.op_name]
             key = op.kernel.dispatch_key if op.kernel is not None else "QuantizedCPU"
