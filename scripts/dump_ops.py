@@ -33,6 +33,7 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from test_models import ModelSpec, get_model, model_names  # noqa: E402
+from test_models.quantization import quantized_engine  # noqa: E402
 from tools.file_writer import write_if_changed  # noqa: E402
 from tools.model_ops import ModelFileError, lite_model_files, ops_of_lite_model_bytes, ops_of_lite_model_file  # noqa: E402
 from tools.native_ops import load_native_catalog  # noqa: E402
@@ -76,6 +77,14 @@ def flatten_outputs(value: object) -> list[torch.Tensor]:
 
 
 def export_model(spec: ModelSpec) -> ExportedModel:
+    """A quantized model is built, run and exported under its engine: weight packing depends on it."""
+    if spec.qengine is None:
+        return _export_model(spec)
+    with quantized_engine(spec.qengine):
+        return _export_model(spec)
+
+
+def _export_model(spec: ModelSpec) -> ExportedModel:
     model = spec.build()
     inputs = list(spec.example_inputs())
     with torch.no_grad():

@@ -16,6 +16,9 @@ from test_models import (
     micro_postprocess,
     mobilenet_v2,
     out_variants,
+    quantized_detection_head,
+    quantized_lstm,
+    quantized_mobilenet_v2,
     recurrent,
     resize_conv,
     roi_head,
@@ -34,6 +37,9 @@ class ModelSpec:
     example_inputs: Callable[[], tuple[torch.Tensor, ...]]
     # torch.jit.freeze folds conv + batch norm; a deployed model would be frozen too.
     freeze: bool = True
+    # A quantized model's quantized engine (torch.backends.quantized.engine): its weights are packed, its
+    # reference outputs computed and it is exported under this engine. None for float models.
+    qengine: str | None = None
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -53,6 +59,17 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("ssdlite_head", ssdlite_head.build, ssdlite_head.example_inputs),
         ModelSpec("roi_head", roi_head.build, roi_head.example_inputs),
         ModelSpec("detection_ops", detection_ops.build, detection_ops.example_inputs),
+        # Quantized (torch.ao.quantization's eager-mode workflow), under the wheel's default engine, x86.
+        ModelSpec("quantized_mobilenet_v2", quantized_mobilenet_v2.build, quantized_mobilenet_v2.example_inputs,
+                  qengine=quantized_mobilenet_v2.QENGINE),
+        ModelSpec("quantized_detection_head", quantized_detection_head.build,
+                  quantized_detection_head.example_inputs, qengine=quantized_detection_head.QENGINE),
+        # Unfrozen, as saved straight from a script: at load its convs' __setstate__ calls
+        # quantized::conv2d_prepack to rebuild their packed weights.
+        ModelSpec("quantized_detection_head_unfrozen", quantized_detection_head.build,
+                  quantized_detection_head.example_inputs, freeze=False, qengine=quantized_detection_head.QENGINE),
+        ModelSpec("quantized_lstm", quantized_lstm.build, quantized_lstm.example_inputs,
+                  qengine=quantized_lstm.QENGINE),
         # Per-op overhead micro benchmarks (benchmarks/): loops of tiny ops. Not frozen: freezing unrolls loops.
         ModelSpec("micro_add_loop", micro_add_loop.build, micro_add_loop.example_inputs, freeze=False),
         ModelSpec("micro_op_chain", micro_op_chain.build, micro_op_chain.example_inputs, freeze=False),
