@@ -13,7 +13,8 @@ import torch
 from predictor_runner import run_predictor
 from test_models import MODELS, quantized_detection_head, quantized_lstm, quantized_mobilenet_v2
 from test_models.torchvision_ops import ensure_torchvision_ops
-from tools.jit_ops import jit_operator_names
+from tools.jit_ops import dispatcher_has_operator, jit_operator_names
+from tools.quantized_ops import load_quantized_ops
 
 QUANTIZED_MODELS = sorted(name for name, spec in MODELS.items() if spec.qengine is not None)
 
@@ -26,23 +27,11 @@ OUTPUT_SCALE: dict[str, Callable[[], float]] = {
 }
 
 # Operators whose LibTorch implementation is not exported (a template or a function local to its .cpp), so
-# their generated function calls them through the c10 dispatcher and lite_predictor reports it, with why.
-DISPATCHER_ALLOWED = frozenset({
-    "quantized::add_relu",
-    "quantized::add_scalar",
-    "quantized::cat",
-    "quantized::cat_relu",
-    "quantized::hardswish",
-    "quantized::mul",
-    "quantized::mul_relu",
-    "quantized::mul_scalar",
-    "quantized::conv2d_prepack",
-    "quantized::linear_prepack",
-    "quantized::linear_prepack_fp16",
-    "quantized::linear_dynamic_fp16",
-    "aten::quantized_lstm.input",
-    "aten::quantized_gru.input",
-})
+# their generated function calls them through the c10 dispatcher and lite_predictor reports it, with why:
+# quantized_ops.yaml's `dispatcher` entries, by name and reason.
+DISPATCHER_ALLOWED: dict[str, str] = {
+    name: op.dispatcher_reason for name, op in load_quantized_ops().items() if op.dispatcher_reason is not None
+}
 
 # What a deployed model is: frozen, and every operator it calls bound to a kernel, none through the dispatcher.
 NO_DISPATCHER_MODELS = ("quantized_mobilenet_v2",)
@@ -88,17 +77,6 @@ def assert_bitwise_equal(a_file: Path, b_file: Path) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape
         # Bitwise, NaNs included: compare the raw bytes.
         assert a.contiguous().reshape(-1).view(torch.uint8).equal(b.contiguous().reshape(-1).view(torch.uint8))
-
-
-def dispatcher_has_operator(op_name: str) -> bool:
-    """Whether the c10 dispatcher knows `op_name`: native and quantized:: ops do, JIT-native ones
-    (aten::size, aten::len.t, prim::*) do not, though all are in the JIT registry."""
-    name, _, overload = op_name.partition(".")
-    try:
-        torch._C._dispatch_find_schema_or_throw(name, overload)
-    except RuntimeError:
-        return False
-    return True
 
 
 def reported_ops(predictor: Path, models_dir: Path, name: str) -> list[dict]:
@@ -160,7 +138,7 @@ def test_an_operator_reported_as_dispatcher_is_allowed_and_says_why(
     for op in reported_ops(predictor, models_dir, name):
         if op["path"] == "dispatcher":
             assert op["name"] in DISPATCHER_ALLOWED, op
-            assert op.get("reason"), op
+            assert op.get("reason") == DISPATCHER_ALLOWED[op["name"]], op
 
 
 @pytest.mark.parametrize("name", NO_DISPATCHER_MODELS)
