@@ -40,7 +40,9 @@ lightweight-dispatch build) every operator call is bound to a generated kernel t
 kernel directly; an operator the build lacks is an error at load, never a silent fallback.
 
 options:
-  --input F          inputs: a torch.save'd list of tensors (default: MODEL.inputs.pt beside the model)
+  --input F          forward's arguments: a torch.save'd list of tensors, numbers, strings, None, lists,
+                     tuples and dicts; trailing ones left out take forward's defaults (default:
+                     MODEL.inputs.pt beside the model)
   --expected F       reference outputs to compare with (default: MODEL.expected.pt beside the model, if any)
   --atol A           absolute tolerance for the comparison (default 1e-5)
   --rtol R           relative tolerance for the comparison (default 1e-5)
@@ -63,7 +65,7 @@ options:
                      line still comes from runs without the timer; operators are named without overload)
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
-  --save-outputs F   write the outputs for torch.load (a tuple of tensors)
+  --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas
                      when combined with --json) and exit; no model needed

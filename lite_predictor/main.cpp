@@ -115,30 +115,34 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
   }
 }
 
-size_t forward_input_count(const torch::jit::mobile::Module& module) {
+std::vector<c10::IValue> load_arguments(const std::string& path) {
+  try {
+    return ld::load_argument_list(path);
+  } catch (const ld::TensorFileError& e) {
+    throw Failure{kBadInputs, printable_first_line(e.what())};
+  }
+}
+
+const torch::jit::mobile::Function& forward_function(const torch::jit::mobile::Module& module) {
   const auto forward = module.find_method("forward");
   if (!forward) {
     throw Failure{kCannotLoad, "the model has no forward method"};
   }
-  const auto& function = forward->function();
-  return function.hasSchema() ? function.getSchema().arguments().size() - 1 : SIZE_MAX; // minus self
+  return forward->function();
 }
 
-// A user's inputs must have the dtypes and ranks of the example inputs the model was exported with
-// (when dump_ops.py saved them beside it); sizes may differ.
+// A user's tensors must have the dtypes and ranks of the example inputs the model was exported with
+// (when dump_ops.py saved them beside it), argument by argument and inside lists and dicts; sizes may differ.
 void check_against_example_inputs(
-    const std::vector<at::Tensor>& inputs, const std::string& source, const std::string& example_path) {
+    const c10::FunctionSchema& schema,
+    const std::vector<c10::IValue>& given,
+    const std::string& source,
+    const std::string& example_path) {
   if (!std::filesystem::exists(example_path)) {
     return;
   }
-  const std::vector<at::Tensor> examples = load_tensors(example_path);
-  for (size_t i = 0; i < std::min(inputs.size(), examples.size()); ++i) {
-    if (inputs[i].scalar_type() != examples[i].scalar_type() || inputs[i].dim() != examples[i].dim()) {
-      throw Failure{
-          kBadInputs,
-          source + ": input " + std::to_string(i) + " is " + ld::describe_tensor(inputs[i]) + ", but the model was exported " +
-              "with " + ld::describe_tensor(examples[i]) + " (" + example_path + ")"};
-    }
+  if (const auto mismatch = ld::first_tensor_mismatch(schema, given, load_arguments(example_path))) {
+    throw Failure{kBadInputs, source + ": " + *mismatch + " (" + example_path + ")"};
   }
 }
 
@@ -147,29 +151,40 @@ struct Inputs {
   std::string source;
 };
 
+// forward's arguments: the file's (--input, or the example inputs beside the model), checked against
+// forward's schema and completed with its defaults, all before anything runs or is written.
 Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Module& module) {
   const std::string beside = sibling_file(options.model_path, ".inputs.pt");
-  std::vector<at::Tensor> tensors;
-  std::string source = "(none)";
+  std::vector<c10::IValue> given;
+  std::optional<std::string> source;
   if (options.input_path) {
-    tensors = load_tensors(*options.input_path);
+    given = load_arguments(*options.input_path);
     source = *options.input_path;
-    check_against_example_inputs(tensors, source, beside);
   } else if (std::filesystem::exists(beside)) {
-    tensors = load_tensors(beside);
+    given = load_arguments(beside);
     source = beside;
   }
-  const size_t expected = forward_input_count(module);
-  if (expected != SIZE_MAX && expected != tensors.size()) {
-    if (tensors.empty() && !options.input_path) {
-      throw Failure{kBadInputs, "the model needs inputs: pass --input FILE (a torch.save'd list of tensors)"};
-    }
-    throw Failure{
-        kBadInputs,
-        source + ": the model's forward takes " + std::to_string(expected) + " input(s), the file has " +
-            std::to_string(tensors.size())};
+  const auto& forward = forward_function(module);
+  if (!forward.hasSchema()) {
+    return {given, source.value_or("(none)")};  // bytecode without a schema: the values as they are
   }
-  return {std::vector<c10::IValue>(tensors.begin(), tensors.end()), source};
+  const c10::FunctionSchema& schema = forward.getSchema();
+  std::vector<c10::IValue> values;
+  try {
+    values = ld::bind_arguments(schema, given);
+  } catch (const ld::ArgumentError& e) {
+    if (!source) {
+      throw Failure{
+          kBadInputs,
+          "the model needs inputs: pass --input FILE (a torch.save'd list of the arguments of " +
+              ld::forward_signature(schema) + ")"};
+    }
+    throw Failure{kBadInputs, *source + ": " + e.what()};
+  }
+  if (options.input_path) {
+    check_against_example_inputs(schema, given, *source, beside);
+  }
+  return {std::move(values), source.value_or("(none: forward's defaults)")};
 }
 
 std::unique_ptr<ld::BytecodeInterpreter> prepare_interpreter(
@@ -333,7 +348,8 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
 
   phase.enter(ld::Phase::Running);
   const auto first_start = Clock::now();
-  const std::vector<at::Tensor> outputs = flatten(run_once(module, inputs.values));
+  const c10::IValue output = run_once(module, inputs.values);
+  const std::vector<at::Tensor> outputs = flatten(output);
   report.first_run_ms = ms_since(first_start);
   report.num_outputs = outputs.size();
   time_steady_state(module, inputs, options, report);
@@ -344,16 +360,17 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
     run_parallel(module, inputs, outputs, options, report);
   }
 
-  if (options.save_outputs_path) {
-    try {
-      ld::save_tensor_list(*options.save_outputs_path, outputs);
-    } catch (const ld::TensorFileError& e) {
-      throw Failure{kUsage, e.what()};
-    }
-  }
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;
+  }
+  // Only a run that ends with a verdict (exit 0 or 1) writes the outputs: any failure leaves the file as it was.
+  if (options.save_outputs_path && code != kRunFailed) {
+    try {
+      ld::save_value(*options.save_outputs_path, output);
+    } catch (const ld::TensorFileError& e) {
+      throw Failure{kUsage, e.what()};
+    }
   }
   if (options.json) {
     ld::print_json(std::cout, report);

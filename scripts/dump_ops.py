@@ -13,7 +13,8 @@ debug_info names every source that needs it: a test model's name, a model file's
 
 For each test model it also writes, under --models-dir:
   <name>.ptl           the scripted (and frozen) model, saved for the lite interpreter
-  <name>.inputs.pt     its example inputs, a torch.save'd list of tensors
+  <name>.inputs.pt     its example inputs: a torch.save'd list of forward's arguments (tensors, numbers,
+                       strings, None, lists, tuples, dicts); trailing ones may be left to their defaults
   <name>.expected.pt   eager PyTorch's outputs on them, flattened in order into a list of tensors
 The yaml is replaced atomically and only when its content changes; on any error it is left untouched.
 """
@@ -58,7 +59,10 @@ class ExportedModel:
 
 
 def flatten_outputs(value: object) -> list[torch.Tensor]:
-    """A model's outputs as a flat list of tensors; mirrors flatten_outputs in lite_predictor/tensor_io.cpp."""
+    """A model's outputs as a flat list of tensors, depth first; mirrors flatten_outputs in
+    lite_predictor/tensor_io.cpp. Tuples (named ones too) and lists in order, a dict's values in its order
+    (not its keys); ints, floats and bools become 0-dim int64, float64 and bool tensors, a string a 1-dim
+    uint8 tensor of its UTF-8 bytes, None nothing."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
@@ -71,6 +75,8 @@ def flatten_outputs(value: object) -> list[torch.Tensor]:
         return [torch.tensor(value, dtype=torch.int64)]
     if isinstance(value, float):
         return [torch.tensor(value, dtype=torch.float64)]
+    if isinstance(value, str):
+        return [torch.tensor(list(value.encode("utf-8")), dtype=torch.uint8)]
     if value is None:
         return []
     raise TypeError(f"cannot flatten a model output of type {type(value).__name__}")
@@ -120,6 +126,7 @@ def union_of(ops_by_source: dict[str, frozenset[str]]) -> OpSelection:
 def save_model_files(model: ExportedModel, models_dir: Path) -> None:
     models_dir.mkdir(parents=True, exist_ok=True)
     (models_dir / f"{model.name}.ptl").write_bytes(model.lite_bytes)
+    # torch.save's default zip format: LibTorch's reader (torch::jit::pickle_load) cannot read the legacy one.
     torch.save(model.inputs, models_dir / f"{model.name}.inputs.pt")
     torch.save(model.expected, models_dir / f"{model.name}.expected.pt")
 

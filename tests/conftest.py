@@ -1,6 +1,7 @@
 """Shared fixtures: where the repository, the build and the exported models are."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-BUILD_DIR = REPO_ROOT / "build"
+# LD_TEST_BUILD_DIR runs the tests against another build directory (its lite_predictor and models/).
+BUILD_DIR = Path(os.environ.get("LD_TEST_BUILD_DIR", REPO_ROOT / "build")).resolve()
 MODELS_DIR = BUILD_DIR / "models"
 PREDICTOR = BUILD_DIR / "lite_predictor"
 

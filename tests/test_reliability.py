@@ -206,21 +206,24 @@ def test_missing_input_file(predictor: Path, model_copy: Path, tmp_path: Path) -
 def test_input_file_that_is_not_a_tensor_list(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.pt"
     torch.save({"x": 1}, bad)
-    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "bad.pt: expected a list of tensors")
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS,
+           "bad.pt: expected a list or tuple of forward's arguments, found a dict")
     bad.write_text("not a pickle")
-    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "bad.pt: not a torch.save file of tensors")
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "bad.pt: not a torch.save file of forward's arguments")
 
 
 def test_list_with_a_non_tensor(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
     bad = tmp_path / "mixed.pt"
     torch.save([torch.ones(3, 4), 7], bad)
-    expect((model_copy, "--input", bad), predictor, BAD_INPUTS, "element 1 is a Int, not a tensor")
+    expect((model_copy, "--input", bad), predictor, BAD_INPUTS,
+           "argument 'b' (input 1) is an int, but the model's forward declares b: Tensor")
 
 
 def test_wrong_input_count(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
     one = tmp_path / "one.pt"
     torch.save([torch.ones(3, 4)], one)
-    expect((model_copy, "--input", one), predictor, BAD_INPUTS, "forward takes 2 input(s), the file has 1")
+    expect((model_copy, "--input", one), predictor, BAD_INPUTS,
+           "forward needs argument 'b' (Tensor), which the inputs file does not give and which has no default")
 
 
 def test_wrong_input_dtype(predictor: Path, model_copy: Path, tmp_path: Path) -> None:
