@@ -34,6 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from test_models import ModelSpec, get_model, model_names  # noqa: E402
+from test_models.registry import ForwardArgument  # noqa: E402
 from test_models.quantization import quantized_engine  # noqa: E402
 from tools.file_writer import write_if_changed  # noqa: E402
 from tools.model_ops import ModelFileError, lite_model_files, ops_of_lite_model_bytes, ops_of_lite_model_file  # noqa: E402
@@ -53,7 +54,7 @@ class DumpError(Exception):
 class ExportedModel:
     name: str
     lite_bytes: bytes
-    inputs: list[torch.Tensor]
+    inputs: list[ForwardArgument]
     expected: list[torch.Tensor]
     ops: frozenset[str]
 

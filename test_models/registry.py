@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import torch
 
@@ -25,7 +25,15 @@ from test_models import (
     ssdlite_head,
     tensor_creation,
     transformer,
+    typed_arguments,
 )
+
+# One argument of a model's forward, as torch.save stores it and lite_predictor reads it: a tensor, a number,
+# a string, None, or a list, tuple or dict of them.
+ForwardArgument = Union[
+    torch.Tensor, int, float, bool, str, None,
+    "list[ForwardArgument]", "tuple[ForwardArgument, ...]", "dict[str, ForwardArgument]",
+]
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,8 @@ class ModelSpec:
 
     name: str
     build: Callable[[], torch.nn.Module]
-    example_inputs: Callable[[], tuple[torch.Tensor, ...]]
+    # forward's leading arguments; trailing defaulted ones may be left out.
+    example_inputs: Callable[[], tuple[ForwardArgument, ...]]
     # torch.jit.freeze folds conv + batch norm; a deployed model would be frozen too.
     freeze: bool = True
     # A quantized model's quantized engine (torch.backends.quantized.engine): its weights are packed, its
@@ -55,6 +64,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("recurrent", recurrent.build, recurrent.example_inputs),
         ModelSpec("transformer", transformer.build, transformer.example_inputs),
         ModelSpec("out_variants", out_variants.build, out_variants.example_inputs),
+        # Every kind of forward argument (ints, floats, bools, lists, optionals, dicts; defaults), RAFT-shaped.
+        ModelSpec("typed_arguments", typed_arguments.build, typed_arguments.example_inputs),
         # Detection: torchvision's ops (custom_ops.yaml) with the post-processing around them.
         ModelSpec("ssdlite_head", ssdlite_head.build, ssdlite_head.example_inputs),
         ModelSpec("roi_head", roi_head.build, roi_head.example_inputs),
