@@ -190,9 +190,13 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, frozenset[str]], list[E
 
 
 def jit_native_ops(names: frozenset[str]) -> frozenset[str]:
-    catalog = load_native_catalog()
-    known = known_ops(catalog)
+    known = known_ops(load_native_catalog())
     return frozenset(name for name in names if known.is_jit_native(name))
+
+
+def non_native_dispatcher_ops(names: frozenset[str]) -> frozenset[str]:
+    known = known_ops(load_native_catalog())
+    return frozenset(name for name in names if known.is_non_native_dispatcher_op(name))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     if not selection.ops:
         print("dump_ops: error: the sources call no operators; refusing to write an empty selection", file=sys.stderr)
         return 1
-    content = render_op_selection(selection, jit_native_ops(selection.names))
+    content = render_op_selection(
+        selection, jit_native_ops(selection.names), non_native_dispatcher_ops(selection.names)
+    )
     if args.check:
         diff = stale_diff(args.output, content)
         if diff:
