@@ -44,7 +44,10 @@ def main() -> None:
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         if args.mode == "eager":
-            module = get_model(args.model).build()
+            spec = get_model(args.model)
+            if spec.qengine is not None:  # a quantized model runs (and is built) under its engine
+                torch.backends.quantized.engine = spec.qengine
+            module = spec.build()
         else:
             module = _load_for_lite_interpreter(str(args.models_dir / f"{args.model}.ptl"))
         load_ms = (time.perf_counter() - start) * 1e3

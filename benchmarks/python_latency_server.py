@@ -30,7 +30,10 @@ def load(mode: str, model_path: Path) -> Callable:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if mode == "python_eager":
-            return get_model(model_path.stem).build()
+            spec = get_model(model_path.stem)
+            if spec.qengine is not None:  # a quantized model runs (and is built) under its engine
+                torch.backends.quantized.engine = spec.qengine
+            return spec.build()
         if mode == "python_lite":
             return _load_for_lite_interpreter(str(model_path))
     raise ValueError(f"unknown mode {mode!r} (python_eager or python_lite)")

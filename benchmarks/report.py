@@ -138,6 +138,19 @@ def size_table(section: Section) -> list[str]:
                    "codegen (s)", "build (s, wall)", "compile (s, summed)"], rows)  # fmt: skip
 
 
+def backend_cost_table(section: Section) -> list[str]:
+    rows = []
+    for f in section.figures:
+        parts = f.name.split("/")
+        if len(parts) == 4 and parts[3] == "added":
+            model, op = parts[1], parts[2]
+            rows.append([f"`{model}`", f"`{op}`", _value(section, f"backend_cost/{model}/{op}/cpu_only", "{:.1f}"),
+                         _value(section, f"backend_cost/{model}/{op}/cpu_quantizedcpu", "{:.1f}"), f"{f.value:+.1f}"])
+    if not rows:
+        return []
+    return _table(["micro model", "operator", "CPU only", "CPU;QuantizedCPU", "added by the check"], rows)
+
+
 def targets_list(targets: list[Target]) -> list[str]:
     mark = {True: "met", False: "**missed**", None: "not judged"}
     return [f"- {mark[t.met]}: {t.name} ({t.detail})" for t in targets]
@@ -174,6 +187,15 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
         *top_functions_table(per_op, "micro_add_loop", "dynamic"),
         "",
         *cross_check_lines(per_op),
+        "### What the per-call backend choice costs a float op",
+        "",
+        "Instructions per call in each generated function itself (callgrind self cost, static mode), in this build",
+        "(`STATIC_DISPATCH_BACKEND=CPU;QuantizedCPU`) and in a CPU-only build of the same micro models",
+        "(`build_cpu_only/`). Operators without a QuantizedCPU kernel (`aten::add.Tensor`) have no check; tensor",
+        "lists are checked out of line by `holds_quantized_tensor`, whose cost is included in its callers' rows.",
+        "",
+        *backend_cost_table(sections.get("backend_cost", Section())),
+        "",
         "## 2. End-to-end latency (median of interleaved runs after warm-up)",
         "",
         "Each round runs all four once, in a fresh random order (static and dynamic adjacent); the ratio is the",

@@ -5,6 +5,8 @@
     python -m benchmarks.run_benchmarks --copy-plot docs/bench.png
 
 1. per-op:  instructions per op call (callgrind) on the micro models, static vs dynamic vs the kernel floor
+   backend-cost: what choosing QuantizedCPU per call costs a float op: generated functions' instructions per
+            call in this build (CPU;QuantizedCPU) against a CPU-only build of the micro models (build_cpu_only/)
 2. latency: end-to-end medians, static vs dynamic vs Python eager vs Python lite, interleaved, 1 and 2
             threads; load and first inference in fresh processes
 3. size:    object bytes and build time of the generated code, default selection vs --all-ops, and the
@@ -29,10 +31,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import per_op, report, size  # noqa: E402
+from benchmarks import backend_cost, per_op, report, size  # noqa: E402
 from benchmarks.figures import Section, from_json  # noqa: E402
 
-BENCHMARKS = ("per-op", "latency", "size")
+BENCHMARKS = ("per-op", "backend-cost", "latency", "size")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.cross_check:
                 per_op.cross_check(args.build_dir / "lite_predictor", args.build_dir / "models", out / "callgrind",
                                    sections["per_op"])
+        elif name == "backend-cost":
+            python = Path(sys.executable)
+            cmake = python.parent / "cmake" if (python.parent / "cmake").exists() else Path("cmake")
+            sections["backend_cost"] = backend_cost.measure(
+                args.build_dir / "benchmarks" / "bench_per_op", args.build_dir / "models", REPO_ROOT / "build_cpu_only",
+                out / "backend_cost", python, cmake)
         elif name == "latency":
             sections["latency"] = run_latency(args, out)
         else:

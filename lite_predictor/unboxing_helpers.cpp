@@ -154,12 +154,14 @@ void replace_arguments(torch::jit::Stack& stack, size_t count, c10::IValue resul
 }
 
 bool holds_quantized_tensor(const c10::IValue& value) {
+  // unsafeToTensorImpl after isTensor: toTensor() is an out-of-line call with its own check at -Os, and this
+  // runs on every call of a list op on the float path (benchmarks/backend_cost.py measures it).
   if (value.isTensor()) {
-    return value.toTensor().is_quantized();
+    return value.unsafeToTensorImpl()->is_quantized();
   }
   if (value.isList()) { // Tensor[] or Tensor?[], typed or generic
     for (const c10::IValue& element : value.toListRef()) {
-      if (element.isTensor() && element.toTensor().is_quantized()) {
+      if (element.isTensor() && element.unsafeToTensorImpl()->is_quantized()) {
         return true;
       }
     }
