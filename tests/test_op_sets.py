@@ -202,3 +202,45 @@ def test_check_refuses_a_bad_model_file(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text("x")
     assert check_ops.main(["--ops-yaml", str(tmp_path / "x.yaml"), str(bad)]) == 2
     assert "not a zip archive" in capsys.readouterr().err
+
+
+# quantized models: their operators are neither JIT-native nor silently missing
+
+
+def test_check_names_the_ops_a_build_calls_through_the_dispatcher(
+    predictor: Path, models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = models_dir / "quantized_detection_head.ptl"
+    assert check_ops.main(["--predictor", str(predictor), str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "through the dispatcher: 3 operator(s) the build carries but calls through the c10 dispatcher:" in out
+    assert "  quantized::cat: LibTorch exports no entry point" in out
+    assert "quantized::conv2d.new" not in out.split("through the dispatcher:")[1]  # static: a packed-weight method
+
+
+def test_check_against_a_yaml_names_dispatcher_ops_from_quantized_ops_yaml(
+    models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    yaml_path = Path(__file__).resolve().parent.parent / "lightweight_dispatch_ops.yaml"
+    assert check_ops.main(["--ops-yaml", str(yaml_path), str(models_dir / "quantized_lstm.ptl")]) == 0
+    assert "  aten::quantized_lstm.input: LibTorch exports no entry point" in capsys.readouterr().out
+
+
+def test_a_quantized_op_missing_from_the_build_is_reported_missing_not_jit_native(
+    models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    yaml_path = tmp_path / "float_only.yaml"
+    yaml_path.write_text("- aten::dequantize.self\n")
+    assert check_ops.main(["--ops-yaml", str(yaml_path), str(models_dir / "quantized_mobilenet_v2.ptl")]) == 1
+    out = capsys.readouterr().out
+    assert "  quantized::conv2d.new: {" in out  # a missing op, printed as the yaml entry to add
+    jit_line = next(line for line in out.splitlines() if line.startswith("JIT-native"))
+    assert "aten::size" in jit_line and "quantized::" not in jit_line
+
+
+def test_dump_ops_marks_quantized_ops_as_dispatcher_ops(models_dir: Path, output: Path) -> None:
+    assert dump_ops.main(["--model-file", str(models_dir / "quantized_mobilenet_v2.ptl"), "--output", str(output)]) == 0
+    lines = {line.split(": {")[0].strip(): line for line in output.read_text().splitlines() if ": {" in line}
+    assert lines["quantized::add"].endswith("# dispatcher op, not native")
+    assert lines["aten::size"].endswith("# JIT-native")
+    assert lines["aten::dequantize.self"].endswith("}")
