@@ -79,3 +79,35 @@ def test_mismatching_reference_exits_1(predictor: Path, models_dir: Path, tmp_pa
     run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--expected", wrong, "--iters", "1")
     assert run.returncode == 1
     assert "MISMATCH" in run.stdout and "output 0 differs" in run.stdout
+
+
+def test_a_quantized_op_outside_the_yaml_is_refused_with_advice_that_is_true(predictor: Path, tmp_path: Path) -> None:
+    from torch.ao import quantization
+
+    from test_models.quantization import quantized_engine
+
+    class Squares(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.quant, self.dequant = quantization.QuantStub(), quantization.DeQuantStub()
+            self.mul = torch.ao.nn.quantized.FloatFunctional()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.quant(x)
+            return self.dequant(self.mul.mul(x, x))
+
+    with quantized_engine("x86"):
+        model = Squares().eval()
+        model.qconfig = quantization.get_default_qconfig("x86")
+        quantization.prepare(model, inplace=True)
+        model(torch.rand(2, 3))
+        quantization.convert(model, inplace=True)
+        path = save_lite_model(model, tmp_path / "squares.ptl")
+    assert "quantized::mul" in lite_module_ops(path)
+    assert "quantized::mul" not in load_op_selection(OPS_YAML).names
+    torch.save([torch.rand(2, 3)], tmp_path / "squares.inputs.pt")
+    run = run_predictor(predictor, path)
+    assert run.returncode == 4
+    assert "no generated kernel for 1 operator(s) the model calls:\n  quantized::mul\n" in run.stderr
+    assert "The ops yaml this build was generated from does not list them" in run.stderr
+    assert run_predictor(predictor, path, "--dispatch", "dynamic").returncode == 0
