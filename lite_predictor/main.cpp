@@ -134,7 +134,7 @@ const torch::jit::mobile::Function& forward_function(const torch::jit::mobile::M
 // A user's tensors must have the dtypes and ranks of the example inputs the model was exported with
 // (when dump_ops.py saved them beside it), argument by argument and inside lists and dicts; sizes may differ.
 void check_against_example_inputs(
-    const c10::FunctionSchema& schema,
+    const c10::FunctionSchema* schema,
     const std::vector<c10::IValue>& given,
     const std::string& source,
     const std::string& example_path) {
@@ -166,7 +166,11 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
   }
   const auto& forward = forward_function(module);
   if (!forward.hasSchema()) {
-    return {given, source.value_or("(none)")};  // bytecode without a schema: the values as they are
+    // Bytecode without a schema: no count, types or defaults to check against; the values as they are.
+    if (options.input_path) {
+      check_against_example_inputs(nullptr, given, *source, beside);
+    }
+    return {given, source.value_or("(none)")};
   }
   const c10::FunctionSchema& schema = forward.getSchema();
   std::vector<c10::IValue> values;
@@ -182,7 +186,7 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
     throw Failure{kBadInputs, *source + ": " + e.what()};
   }
   if (options.input_path) {
-    check_against_example_inputs(schema, given, *source, beside);
+    check_against_example_inputs(&schema, given, *source, beside);
   }
   return {std::move(values), source.value_or("(none: forward's defaults)")};
 }

@@ -404,8 +404,8 @@ std::string forward_signature(const c10::FunctionSchema& schema) {
 }
 
 std::optional<std::string> first_tensor_mismatch(
-    const c10::FunctionSchema& schema, const std::vector<c10::IValue>& given, const std::vector<c10::IValue>& example) {
-  const c10::ArrayRef<c10::Argument> arguments = arguments_after_self(schema);
+    const c10::FunctionSchema* schema, const std::vector<c10::IValue>& given, const std::vector<c10::IValue>& example) {
+  const c10::ArrayRef<c10::Argument> arguments = schema ? arguments_after_self(*schema) : c10::ArrayRef<c10::Argument>();
   for (size_t i = 0; i < std::min(given.size(), example.size()); ++i) {
     if (auto mismatch = tensor_mismatch_at(given[i], example[i], "input " + std::to_string(i))) {
       return i < arguments.size() ? *mismatch + " for argument '" + arguments[i].name() + "'" : *mismatch;

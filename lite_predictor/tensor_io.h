@@ -51,8 +51,9 @@ std::string forward_signature(const c10::FunctionSchema& schema);
 // The first tensor in `given` whose dtype or rank differs from the tensor at the same place in
 // `example` (the same argument, list index or dict key), in words: "input 0 is Double[3, 4], but the
 // model was exported with Float[3, 4] for argument 'x'". Places only one of them has are not compared.
+// `schema` names the arguments; null (bytecode without a schema) names none.
 std::optional<std::string> first_tensor_mismatch(
-    const c10::FunctionSchema& schema, const std::vector<c10::IValue>& given, const std::vector<c10::IValue>& example);
+    const c10::FunctionSchema* schema, const std::vector<c10::IValue>& given, const std::vector<c10::IValue>& example);
 
 // Writes `value` so that Python's `torch.load` (weights_only, its default) returns the same structure:
 // tensors, numbers, strings and None as themselves, lists as lists, dicts as dicts, tuples (named ones
