@@ -2,6 +2,7 @@
 #include <lite_predictor/bytecode_interpreter.h>
 #include <lite_predictor/cli_options.h>
 #include <lite_predictor/crash_guard.h>
+#include <lite_predictor/forward_arguments.h>
 #include <lite_predictor/kernel_table.h>
 #include <lite_predictor/model_file_check.h>
 #include <lite_predictor/model_integrity.h>

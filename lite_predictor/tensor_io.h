@@ -1,9 +1,8 @@
 // Values in and out of lite_predictor: forward's arguments and the references read from torch.save
-// files, the arguments matched against forward's schema, and the outputs flattened for comparison or
-// saved for torch.load.
+// files, and the outputs flattened for comparison or saved for torch.load. forward_arguments.h matches
+// the arguments to forward's schema.
 #pragma once
 
-#include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 
 #include <optional>
@@ -19,13 +18,6 @@ class TensorFileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Arguments that do not fit forward's schema: too many, one missing, or one of the wrong type. The
-// message names the argument.
-class ArgumentError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // Reads forward's arguments from a file written by Python's `torch.save([a0, a1, ...])` (a list or
 // tuple; a single tensor is one argument). Each may be anything torch.save stores that TorchScript has
 // a type for: tensors, ints, floats, bools, strings, None, and lists, tuples and dicts of them. Lists
@@ -35,25 +27,6 @@ std::vector<c10::IValue> load_argument_list(const std::string& path);
 // Reads a file written by Python's `torch.save([t0, t1, ...])` (a tuple or a single tensor also works):
 // the reference outputs, flattened.
 std::vector<at::Tensor> load_tensor_list(const std::string& path);
-
-// forward's complete argument list (without self) from the `given` leading ones: each converted to its
-// declared type (lists and dicts retyped element by element, an int where a float is declared becomes
-// that float, as TorchScript converts it), the trailing ones the file omits taken from the schema's
-// defaults. Throws ArgumentError naming the argument when there are too many, one without a default is
-// missing, or one's type does not fit. The lite bytecode records None as the default of an argument
-// that has none, so a missing argument whose type accepts None gets None, as the stock runtime does.
-std::vector<c10::IValue> bind_arguments(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& given);
-
-// "forward(x: Tensor, steps: int = 3)": forward's arguments after self, with their declared types and
-// defaults, for messages.
-std::string forward_signature(const c10::FunctionSchema& schema);
-
-// The first tensor in `given` whose dtype or rank differs from the tensor at the same place in
-// `example` (the same argument, list index or dict key), in words: "input 0 is Double[3, 4], but the
-// model was exported with Float[3, 4] for argument 'x'". Places only one of them has are not compared.
-// `schema` names the arguments; null (bytecode without a schema) names none.
-std::optional<std::string> first_tensor_mismatch(
-    const c10::FunctionSchema* schema, const std::vector<c10::IValue>& given, const std::vector<c10::IValue>& example);
 
 // Writes `value` so that Python's `torch.load` (weights_only, its default) returns the same structure:
 // tensors, numbers, strings and None as themselves, lists as lists, dicts as dicts, tuples (named ones
@@ -67,5 +40,11 @@ void save_value(const std::string& path, const c10::IValue& value);
 // None nothing. Throws for any other value (an object, a device). This mirrors `flatten_outputs` in
 // scripts/dump_ops.py, which writes the expected outputs.
 std::vector<at::Tensor> flatten_outputs(const c10::IValue& output);
+
+// "a list", "an int": a value's kind as Python names it, for messages.
+std::string a_kind(const c10::IValue& value);
+
+// The elements of a list or tuple.
+std::vector<c10::IValue> elements_of(const c10::IValue& value);
 
 } // namespace lightweight_dispatch
