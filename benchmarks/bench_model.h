@@ -1,10 +1,9 @@
 // Loading a lite-interpreter model the way lite_predictor does, for the benchmark programs.
 #pragma once
 
-#include <lite_predictor/bytecode_interpreter.h>
+#include <lightweight_dispatch/runtime.h>
 
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/jit/mobile/module.h>
 
 #include <memory>
 #include <string>
@@ -23,12 +22,12 @@ enum class Mode { Static, StaticStock, Dynamic };
 Mode parse_mode(const std::string& text);
 const char* mode_name(Mode mode);
 
-// Loaded (and for the static modes, bound) as lite_predictor does; throws std::runtime_error naming the
+// Loaded (and for the static modes, bound) through the runtime's API, as lite_predictor loads it; throws std::runtime_error naming the
 // file and the reason.
-std::unique_ptr<LoadedModel> load_model(const std::string& path, Mode mode);
+std::unique_ptr<Model> load_model(const std::string& path, Mode mode);
 
 // One inference, as lite_predictor runs it: under InferenceMode, inputs copied onto a fresh stack.
-c10::IValue run_once(LoadedModel& model, const std::vector<c10::IValue>& inputs);
+c10::IValue run_once(const Model& model, const std::vector<c10::IValue>& inputs);
 
 std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors);
 

@@ -110,7 +110,7 @@ Runner make_runner(const std::string& mode, const Args& args, const std::vector<
     };
   }
   const std::string path = args.models_dir + "/" + args.model + ".ptl";
-  std::shared_ptr<ld::LoadedModel> model = bench::load_model(path, bench::parse_mode(mode));
+  std::shared_ptr<const ld::Model> model = bench::load_model(path, bench::parse_mode(mode));
   auto ivalues = std::make_shared<std::vector<c10::IValue>>(bench::as_ivalues(inputs));
   return [model, ivalues] { return ld::flatten_outputs(bench::run_once(*model, *ivalues)); };
 }

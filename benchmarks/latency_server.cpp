@@ -38,7 +38,7 @@ double ms_since(Clock::time_point start) {
 }
 
 struct Loaded {
-  std::unique_ptr<ld::LoadedModel> model;
+  std::unique_ptr<ld::Model> model;
   std::vector<c10::IValue> inputs;
 };
 

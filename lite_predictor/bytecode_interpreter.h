@@ -56,15 +56,4 @@ class BytecodeInterpreter {
   std::unordered_map<const torch::jit::mobile::Code*, PreparedCode> codes_;
 };
 
-// A loaded (and bound) module with the loop that runs its forward method: lite_predictor's own, or
-// LibTorch's stock interpreter when `interpreter` is null.
-struct LoadedModel {
-  torch::jit::mobile::Module module;
-  std::unique_ptr<BytecodeInterpreter> interpreter;
-
-  c10::IValue forward(const std::vector<c10::IValue>& inputs) {
-    return interpreter ? interpreter->run(inputs) : module.forward(inputs);
-  }
-};
-
 } // namespace lightweight_dispatch

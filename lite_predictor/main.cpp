@@ -1,23 +1,16 @@
 // lite_predictor: load a lite-interpreter model, bind its operators, run, compare, time, report.
-#include <lite_predictor/bytecode_interpreter.h>
+#include <lightweight_dispatch/runtime.h>
 #include <lite_predictor/cli_options.h>
 #include <lite_predictor/crash_guard.h>
 #include <lite_predictor/forward_arguments.h>
 #include <lite_predictor/kernel_table.h>
-#include <lite_predictor/model_file_check.h>
-#include <lite_predictor/model_integrity.h>
 #include <lite_predictor/op_binding.h>
 #include <lite_predictor/op_profile.h>
 #include <lite_predictor/output_check.h>
-#include <lite_predictor/quantized_engine.h>
 #include <lite_predictor/run_report.h>
 #include <lite_predictor/tensor_io.h>
 
 #include <ATen/Parallel.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/csrc/jit/mobile/import.h>
-#include <torch/csrc/jit/mobile/module.h>
-#include <torch/csrc/jit/mobile/parse_operators.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,7 +19,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <memory>
 #include <thread>
 
 namespace ld = lightweight_dispatch;
@@ -74,37 +66,21 @@ std::string printable_first_line(const std::string& text) {
   return line;
 }
 
-torch::jit::mobile::Module load_model(const std::string& path, ld::DispatchMode mode) {
+// Loads, checks and binds the model through the runtime's API; its errors become exit codes.
+ld::Model load_model(const ld::Options& options) {
+  ld::LoadOptions load_options;
+  load_options.dispatch = options.dispatch == ld::DispatchMode::Static ? ld::Dispatch::Static : ld::Dispatch::Dynamic;
+  load_options.interpreter =
+      options.interpreter == ld::InterpreterKind::Lightweight ? ld::Interpreter::Lightweight : ld::Interpreter::Stock;
+  load_options.quantized_engine = options.qengine;
   try {
-    ld::check_model_file(path);
-  } catch (const ld::ModelFileError& e) {
-    throw Failure{kCannotLoad, printable_first_line(e.what())};
-  }
-  // Static mode loads without the stock operator check: binding checks every op itself and names
-  // all the missing ones at once, including ops only this build provides.
-  const uint64_t options = mode == ld::DispatchMode::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
-  try {
-    torch::jit::ExtraFilesMap extra_files;
-    auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
-    ld::check_loaded_tensors(module);
-    return module;
-  } catch (const ld::ModelIntegrityError& e) {
-    throw Failure{kCannotLoad, path + ": " + e.what()};
-  } catch (const std::exception& e) {
-    throw Failure{
-        kCannotLoad, path + ": cannot load as a lite-interpreter model: " + printable_first_line(e.what())};
-  }
-}
-
-std::vector<ld::OpUse> bind(torch::jit::mobile::Module& module, const ld::Options& options) {
-  if (options.dispatch == ld::DispatchMode::Dynamic) {
-    return ld::describe_dynamic(module).ops;
-  }
-  const ld::KernelIndex index(ld::generated_kernels());
-  try {
-    return ld::bind_static(module, index).ops;
-  } catch (const ld::BindingError& e) {
-    throw Failure{kOpNotInBuild, options.model_path + ": " + e.what()};
+    return ld::Model::load(options.model_path, load_options);
+  } catch (const ld::OptionError& e) {
+    throw Failure{kUsage, e.what()};
+  } catch (const ld::MissingOperatorsError& e) {
+    throw Failure{kOpNotInBuild, e.what()};
+  } catch (const ld::ModelLoadError& e) {
+    throw Failure{kCannotLoad, e.what()};
   }
 }
 
@@ -124,12 +100,9 @@ std::vector<c10::IValue> load_arguments(const std::string& path) {
   }
 }
 
-const torch::jit::mobile::Function& forward_function(const torch::jit::mobile::Module& module) {
-  const auto forward = module.find_method("forward");
-  if (!forward) {
-    throw Failure{kCannotLoad, "the model has no forward method"};
-  }
-  return forward->function();
+bool has_forward(const ld::Model& model) {
+  const auto names = model.method_names();
+  return std::find(names.begin(), names.end(), "forward") != names.end();
 }
 
 // A user's tensors must have the dtypes and ranks of the example inputs the model was exported with
@@ -154,7 +127,7 @@ struct Inputs {
 
 // forward's arguments: the file's (--input, or the example inputs beside the model), checked against
 // forward's schema and completed with its defaults, all before anything runs or is written.
-Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Module& module) {
+Inputs resolve_inputs(const ld::Options& options, const ld::Model& model) {
   const std::string beside = sibling_file(options.model_path, ".inputs.pt");
   std::vector<c10::IValue> given;
   std::optional<std::string> source;
@@ -165,15 +138,18 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
     given = load_arguments(beside);
     source = beside;
   }
-  const auto& forward = forward_function(module);
-  if (!forward.hasSchema()) {
+  if (!has_forward(model)) {
+    throw Failure{kCannotLoad, "the model has no forward method"};
+  }
+  const c10::FunctionSchema* forward_schema = model.method_schema("forward");
+  if (forward_schema == nullptr) {
     // Bytecode without a schema: no count, types or defaults to check against; the values as they are.
     if (options.input_path) {
       check_against_example_inputs(nullptr, given, *source, beside);
     }
     return {given, source.value_or("(none)")};
   }
-  const c10::FunctionSchema& schema = forward.getSchema();
+  const c10::FunctionSchema& schema = *forward_schema;
   std::vector<c10::IValue> values;
   try {
     values = ld::bind_arguments(schema, given);
@@ -192,29 +168,13 @@ Inputs resolve_inputs(const ld::Options& options, const torch::jit::mobile::Modu
   return {std::move(values), source.value_or("(none: forward's defaults)")};
 }
 
-std::unique_ptr<ld::BytecodeInterpreter> prepare_interpreter(
-    const torch::jit::mobile::Module& module, const ld::Options& options) {
-  if (options.interpreter == ld::InterpreterKind::Stock) {
-    return nullptr;
-  }
-  try {
-    return std::make_unique<ld::BytecodeInterpreter>(module, "forward");
-  } catch (const ld::BytecodeError& e) {
-    throw Failure{kCannotLoad, options.model_path + ": " + printable_first_line(e.what())};
-  }
-}
-
-c10::IValue run_once(ld::LoadedModel& model, const std::vector<c10::IValue>& inputs) {
-  // Inference, as a deployed model runs and as the reference outputs were computed (under no_grad):
-  // grad mode also picks fused inference paths in some ops (transformer layers).
-  c10::InferenceMode inference_mode;
+c10::IValue run_once(const ld::Model& model, const std::vector<c10::IValue>& inputs) {
   try {
     return model.forward(inputs);
-  } catch (const std::exception& e) {
-    throw Failure{
-        kRunFailed,
-        "the model failed while running (check the inputs' count, shapes and dtypes): " +
-            printable_first_line(e.what())};
+  } catch (const ld::RunError& e) {
+    throw Failure{kRunFailed, e.what()};
+  } catch (const ld::ModelLoadError& e) {
+    throw Failure{kCannotLoad, e.what()};
   }
 }
 
@@ -227,7 +187,7 @@ std::vector<at::Tensor> flatten(const c10::IValue& output) {
 }
 
 void time_steady_state(
-    ld::LoadedModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+    const ld::Model& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
   for (int i = 0; i < options.warmup; ++i) {
     run_once(module, inputs.values);
   }
@@ -245,7 +205,7 @@ void time_steady_state(
 
 // --iters more runs with every operator call timed; apart from the steady-state timing, whose runs
 // have no per-call timer.
-void profile_ops(ld::LoadedModel& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
+void profile_ops(const ld::Model& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
   const ld::OpProfiler profiler;
   const auto start = Clock::now();
   for (int i = 0; i < options.iters; ++i) {
@@ -259,7 +219,7 @@ void profile_ops(ld::LoadedModel& module, const Inputs& inputs, const ld::Option
 // K threads share the one loaded, bound module; each runs it --iters times and compares every
 // output with the single-threaded one, bit for bit.
 void run_parallel(
-    ld::LoadedModel& module,
+    const ld::Model& module,
     const Inputs& inputs,
     const std::vector<at::Tensor>& reference,
     const ld::Options& options,
@@ -322,15 +282,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   if (options.threads > 0) {
     at::set_num_threads(options.threads);
   }
-  if (options.qengine) {
-    try {
-      ld::set_quantized_engine(*options.qengine);
-    } catch (const ld::QuantizedEngineError& e) {
-      throw Failure{kUsage, e.what()};
-    }
-  }
   ld::RunReport report;
-  report.qengine = ld::current_quantized_engine();
   report.model = options.model_path;
   report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
   report.interpreter = ld::interpreter_name(options.interpreter);
@@ -338,17 +290,12 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.iters = options.iters;
 
   phase.enter(ld::Phase::Loading);
-  if (options.dispatch == ld::DispatchMode::Dynamic) {
-    // The stock interpreter resolves operators through the dispatcher, which must know our own ops.
-    // Static dispatch needs no registration: the generated kernels call them directly.
-    ld::register_custom_ops_with_dispatcher();
-  }
   const auto load_start = Clock::now();
-  ld::LoadedModel module{load_model(options.model_path, options.dispatch), nullptr};
-  report.ops = bind(module.module, options);
-  module.interpreter = prepare_interpreter(module.module, options);
+  const ld::Model module = load_model(options);
   report.load_ms = ms_since(load_start);
-  const Inputs inputs = resolve_inputs(options, module.module);
+  report.ops = module.operators();
+  report.qengine = ld::current_quantized_engine();
+  const Inputs inputs = resolve_inputs(options, module);
   report.input_source = inputs.source;
 
   phase.enter(ld::Phase::Running);

@@ -37,10 +37,10 @@ std::string json_string(const std::string& text) {
   return out.str();
 }
 
-std::map<std::string, int> count_by_path(const std::vector<OpUse>& ops) {
+std::map<std::string, int> count_by_path(const std::vector<OperatorUse>& ops) {
   std::map<std::string, int> counts;
   for (const auto& op : ops) {
-    counts[op_path_name(op.path)] += 1;
+    counts[op.path] += 1;
   }
   return counts;
 }
@@ -97,7 +97,7 @@ void print_text(std::ostream& out, const RunReport& report) {
   }
   out << (report.ops.empty() ? "" : ")") << "\n";
   for (const auto& op : report.ops) {
-    out << "  " << std::left << std::setw(12) << op_path_name(op.path) << op.name;
+    out << "  " << std::left << std::setw(12) << op.path << op.name;
     if (!op.reason.empty()) {
       out << "  (" << op.reason << ")";
     }
@@ -139,7 +139,7 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"ops\": [";
   for (size_t i = 0; i < report.ops.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << json_string(report.ops[i].name)
-        << ", \"path\": " << json_string(op_path_name(report.ops[i].path));
+        << ", \"path\": " << json_string(report.ops[i].path);
     if (!report.ops[i].reason.empty()) {
       out << ", \"reason\": " << json_string(report.ops[i].reason);
     }

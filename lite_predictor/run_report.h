@@ -1,7 +1,7 @@
 // What one lite_predictor run found, printed for people or as JSON.
 #pragma once
 
-#include <lite_predictor/op_binding.h>
+#include <lightweight_dispatch/runtime.h>
 #include <lite_predictor/op_profile.h>
 
 #include <optional>
@@ -16,7 +16,7 @@ struct RunReport {
   std::string dispatch; // "static" or "dynamic"
   std::string interpreter; // "lightweight" or "stock"
   std::string qengine; // the quantized engine packed weights were built with: "x86", "qnnpack", ...
-  std::vector<OpUse> ops;
+  std::vector<OperatorUse> ops;
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

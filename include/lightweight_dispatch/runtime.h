@@ -1,0 +1,171 @@
+// lightweight_dispatch: run a PyTorch lite-interpreter model (.ptl) with statically dispatched kernels.
+//
+// The one header an app includes. It links `lightweight_dispatch::runtime` and a kernel library generated
+// for its op set (CMake: lightweight_dispatch_add_kernels). Typical use:
+//
+//   auto model = lightweight_dispatch::Model::load("mobilenet_v2.ptl");   // checks, loads, binds
+//   c10::IValue out = model.forward({at::rand({1, 3, 224, 224})});       // any thread, concurrently
+//   for (const auto& op : model.operators()) { ... op.name, op.path ... }
+//
+// Every failure is a lightweight_dispatch::Error (a std::runtime_error) whose message is the one
+// lite_predictor prints; the library never prints, exits or installs signal handlers.
+#pragma once
+
+#include <lite_predictor/kernel_table.h>
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+// --- errors: one class per way a model can fail, each with lite_predictor's message
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The file is missing, damaged (bad archive, CRC-32, tensor storage), not a lite model, or its bytecode
+// fails the checks made at load.
+class ModelLoadError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Static dispatch: the model calls operators this build has no kernel for. All of them, at once.
+class MissingOperatorsError : public Error {
+ public:
+  MissingOperatorsError(const std::string& message, std::vector<std::string> operators)
+      : Error(message), operators_(std::move(operators)) {}
+  const std::vector<std::string>& operators() const {
+    return operators_;
+  }
+
+ private:
+  std::vector<std::string> operators_;
+};
+
+// A load option this LibTorch cannot honour (an unknown quantized engine).
+class OptionError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Inputs that do not fit: an unreadable inputs file, too many or missing arguments, a wrong type.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The model raised, or a kernel failed, while running.
+class RunError : public Error {
+ public:
+  using Error::Error;
+};
+
+// --- options
+
+enum class Dispatch {
+  Static,  // every operator call bound to a generated kernel; an operator the build lacks is an error
+  Dynamic, // LibTorch's stock path through the c10 dispatcher (for comparison)
+};
+
+enum class Interpreter {
+  Lightweight, // lightweight_dispatch's own bytecode loop (bytecode checked once at load)
+  Stock,       // LibTorch's InterpreterState
+};
+
+// The generated kernels a build links: by default, those of the kernel library linked into the program
+// (lightweight_dispatch_add_kernels). Resolved in the app's own code, so the runtime library itself
+// needs no particular kernel library.
+struct KernelLibrary {
+  c10::ArrayRef<GeneratedKernel> kernels;
+  void (*register_with_dispatcher)(); // the project's own operators, for Dispatch::Dynamic
+
+  static KernelLibrary linked() {
+    return {generated_kernels(), &register_custom_ops_with_dispatcher};
+  }
+};
+
+struct LoadOptions {
+  Dispatch dispatch = Dispatch::Static;
+  // Unset: Lightweight with Dispatch::Static, Stock with Dispatch::Dynamic (the unmodified stock runtime).
+  std::optional<Interpreter> interpreter;
+  // "qnnpack", "fbgemm", "x86" or "onednn": set process-wide before the model loads, since a quantized
+  // model's packed weights are rebuilt at load with the engine in force. Unset: leave it as it is.
+  std::optional<std::string> quantized_engine;
+  KernelLibrary kernels = KernelLibrary::linked();
+};
+
+// --- what a model's operators are bound to
+
+struct OperatorUse {
+  std::string name; // "aten::add.Tensor"
+  std::string path; // "static", "jit" (implemented by the interpreter) or "dispatcher"
+  std::string reason; // why a statically bound operator goes through the dispatcher; empty otherwise
+};
+
+struct CallSite {
+  std::string function; // the bytecode function ("forward", an upgrader, ...)
+  size_t index;         // the operator's index in that function's operator table
+  OperatorUse op;
+};
+
+// --- the model
+
+class Model {
+ public:
+  // Checks the file (archive directory, every record's CRC-32), loads it, checks its tensors, binds every
+  // call site (Dispatch::Static) and prepares the interpreter. Throws ModelLoadError,
+  // MissingOperatorsError or OptionError.
+  static Model load(const std::string& path, const LoadOptions& options = {});
+
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  // Runs forward (or another method) on its arguments after self, under c10::InferenceMode. Safe to call
+  // from several threads at once: binding is done at load and read-only afterwards. Throws RunError.
+  c10::IValue forward(std::vector<c10::IValue> inputs) const;
+  c10::IValue run_method(const std::string& method, std::vector<c10::IValue> inputs) const;
+
+  // The model's method names, and one's schema (arguments after self, with their defaults) if the bytecode
+  // carries it.
+  std::vector<std::string> method_names() const;
+  const c10::FunctionSchema* method_schema(const std::string& method) const;
+
+  // Every distinct operator the model calls, sorted by name, with its path; and every call site.
+  const std::vector<OperatorUse>& operators() const;
+  std::vector<CallSite> call_sites() const;
+
+  const std::string& path() const;
+  const LoadOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// --- inputs, as lite_predictor reads them
+
+// forward's arguments from a file written by Python's `torch.save([...])` (tensors, numbers, bools,
+// strings, None, lists, tuples, dicts), converted to the types `method` declares and completed with its
+// defaults. Throws InputError naming the file and the argument.
+std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model, const std::string& method = "forward");
+
+// A model's output as a flat list of tensors, depth first (tuples and lists in order, dict values; numbers
+// and bools as 0-dim tensors, strings as uint8 tensors of their bytes, None as nothing).
+std::vector<at::Tensor> flatten_outputs(const c10::IValue& output);
+
+// The quantized engines this LibTorch has ("qnnpack", "onednn", "x86", "fbgemm"), and the one in force.
+std::vector<std::string> supported_quantized_engines();
+std::string current_quantized_engine();
+
+} // namespace lightweight_dispatch

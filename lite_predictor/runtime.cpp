@@ -1,0 +1,238 @@
+// The public API (include/lightweight_dispatch/runtime.h) over the runtime's stages: file checks, LibTorch's
+// loader, tensor checks, static binding, the bytecode check and interpreter. lite_predictor and the
+// benchmarks use it too, so every message here is the one lite_predictor prints.
+#include <lightweight_dispatch/runtime.h>
+
+#include <lite_predictor/bytecode_interpreter.h>
+#include <lite_predictor/forward_arguments.h>
+#include <lite_predictor/model_file_check.h>
+#include <lite_predictor/model_integrity.h>
+#include <lite_predictor/op_binding.h>
+#include <lite_predictor/quantized_engine.h>
+#include <lite_predictor/tensor_io.h>
+
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+#include <torch/csrc/jit/mobile/import.h>
+#include <torch/csrc/jit/mobile/module.h>
+#include <torch/csrc/jit/mobile/parse_operators.h>
+
+#include <map>
+#include <mutex>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+// The first line of an error, with bytes a terminal cannot show replaced (damaged files put raw bytes
+// into LibTorch's messages).
+std::string printable_first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  for (char& c : line) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      c = '?';
+    }
+  }
+  return line;
+}
+
+torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch) {
+  try {
+    check_model_file(path);
+  } catch (const ModelFileError& e) {
+    throw ModelLoadError(printable_first_line(e.what()));
+  }
+  // Static dispatch loads without the stock operator check: binding checks every op itself and names all
+  // the missing ones at once, including ops only this build provides.
+  const uint64_t options = dispatch == Dispatch::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
+  try {
+    torch::jit::ExtraFilesMap extra_files;
+    auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    check_loaded_tensors(module);
+    return module;
+  } catch (const ModelIntegrityError& e) {
+    throw ModelLoadError(path + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw ModelLoadError(path + ": cannot load as a lite-interpreter model: " + printable_first_line(e.what()));
+  }
+}
+
+std::vector<OperatorUse> as_operator_uses(const BindingReport& report) {
+  std::vector<OperatorUse> uses;
+  for (const OpUse& op : report.ops) {
+    uses.push_back({op.name, op_path_name(op.path), op.reason});
+  }
+  return uses;
+}
+
+RunError failed_while_running(const std::exception& e) {
+  return RunError(
+      "the model failed while running (check the inputs' count, shapes and dtypes): " + printable_first_line(e.what()));
+}
+
+Interpreter interpreter_of(const LoadOptions& options) {
+  return options.interpreter.value_or(options.dispatch == Dispatch::Static ? Interpreter::Lightweight : Interpreter::Stock);
+}
+
+} // namespace
+
+struct Model::Impl {
+  std::string path;
+  LoadOptions options;
+  torch::jit::mobile::Module module;
+  std::vector<OperatorUse> operators;
+  // Lightweight interpreter: one per method, prepared (bytecode checked) on first use under the mutex;
+  // forward's at load. Read-only once prepared, so runs need no lock.
+  mutable std::mutex interpreters_mutex;
+  mutable std::map<std::string, std::unique_ptr<BytecodeInterpreter>> interpreters;
+  const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
+
+  const BytecodeInterpreter& interpreter_for(const std::string& method) const {
+    std::lock_guard<std::mutex> lock(interpreters_mutex);
+    auto found = interpreters.find(method);
+    if (found == interpreters.end()) {
+      found = interpreters.emplace(method, std::make_unique<BytecodeInterpreter>(module, method)).first;
+    }
+    return *found->second;
+  }
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& path, const LoadOptions& options) {
+  if (options.quantized_engine) {
+    try {
+      set_quantized_engine(*options.quantized_engine);
+    } catch (const QuantizedEngineError& e) {
+      throw OptionError(e.what());
+    }
+  }
+  if (options.dispatch == Dispatch::Dynamic && options.kernels.register_with_dispatcher) {
+    // The stock interpreter resolves operators through the dispatcher, which must know the project's own.
+    options.kernels.register_with_dispatcher();
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->options = options;
+  impl->module = load_module(path, options.dispatch);
+  if (options.dispatch == Dispatch::Static) {
+    const KernelIndex index(options.kernels.kernels);
+    try {
+      impl->operators = as_operator_uses(bind_static(impl->module, index));
+    } catch (const BindingError& e) {
+      throw MissingOperatorsError(path + ": " + e.what(), e.ops());
+    }
+  } else {
+    impl->operators = as_operator_uses(describe_dynamic(impl->module));
+  }
+  if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
+    try {
+      impl->forward_interpreter = &impl->interpreter_for("forward");
+    } catch (const BytecodeError& e) {
+      throw ModelLoadError(path + ": " + printable_first_line(e.what()));
+    }
+  }
+  return Model(std::move(impl));
+}
+
+c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
+  if (impl_->forward_interpreter != nullptr) {
+    c10::InferenceMode inference_mode;
+    try {
+      return impl_->forward_interpreter->run(std::move(inputs));
+    } catch (const std::exception& e) {
+      throw failed_while_running(e);
+    }
+  }
+  return run_method("forward", std::move(inputs));
+}
+
+c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue> inputs) const {
+  if (!impl_->module.find_method(method)) {
+    throw RunError(impl_->path + ": the model has no method '" + method + "'");
+  }
+  // Inference, as a deployed model runs and as reference outputs are computed (under no_grad): grad mode
+  // also picks other paths in some ops (transformer layers' fused inference).
+  c10::InferenceMode inference_mode;
+  try {
+    if (interpreter_of(impl_->options) == Interpreter::Lightweight) {
+      return impl_->interpreter_for(method).run(std::move(inputs));
+    }
+    return impl_->module.get_method(method)(std::move(inputs));
+  } catch (const BytecodeError& e) {
+    throw ModelLoadError(impl_->path + ": " + printable_first_line(e.what()));
+  } catch (const std::exception& e) {
+    throw failed_while_running(e);
+  }
+}
+
+std::vector<std::string> Model::method_names() const {
+  std::vector<std::string> names;
+  for (const auto& method : impl_->module.get_methods()) {
+    names.push_back(method.name());
+  }
+  return names;
+}
+
+const c10::FunctionSchema* Model::method_schema(const std::string& method) const {
+  const auto found = impl_->module.find_method(method);
+  if (!found || !found->function().hasSchema()) {
+    return nullptr;
+  }
+  return &found->function().getSchema();
+}
+
+const std::vector<OperatorUse>& Model::operators() const {
+  return impl_->operators;
+}
+
+std::vector<CallSite> Model::call_sites() const {
+  std::map<std::string, const OperatorUse*> by_name;
+  for (const OperatorUse& op : impl_->operators) {
+    by_name.emplace(op.name, &op);
+  }
+  std::vector<CallSite> sites;
+  for (const torch::jit::mobile::Function* function : functions_to_run(impl_->module)) {
+    const auto& code = function->get_code();
+    for (size_t i = 0; i < code.op_names_.size(); ++i) {
+      const auto found = by_name.find(op_display_name(code.op_names_[i]));
+      if (found != by_name.end()) {
+        sites.push_back({function->qualname().qualifiedName(), i, *found->second});
+      }
+    }
+  }
+  return sites;
+}
+
+const std::string& Model::path() const {
+  return impl_->path;
+}
+
+const LoadOptions& Model::options() const {
+  return impl_->options;
+}
+
+std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model, const std::string& method) {
+  std::vector<c10::IValue> given;
+  try {
+    given = load_argument_list(path);
+  } catch (const TensorFileError& e) {
+    throw InputError(printable_first_line(e.what()));
+  }
+  const c10::FunctionSchema* schema = model.method_schema(method);
+  if (schema == nullptr) {
+    return given; // bytecode without a schema: nothing to check the values against
+  }
+  try {
+    return bind_arguments(*schema, given);
+  } catch (const ArgumentError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+}
+
+} // namespace lightweight_dispatch
