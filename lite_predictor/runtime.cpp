@@ -72,6 +72,22 @@ RunError failed_while_running(const std::exception& e) {
       "the model failed while running (check the inputs' count, shapes and dtypes): " + printable_first_line(e.what()));
 }
 
+// The lightweight interpreter runs bytecode without per-instruction checks, so a call with the wrong number
+// of arguments would read past the stack: refuse it first (when the bytecode carries the method's schema).
+void check_argument_count(const torch::jit::mobile::Method& method, const std::vector<c10::IValue>& inputs) {
+  const auto& function = method.function();
+  if (!function.hasSchema()) {
+    return;
+  }
+  const size_t expected = function.getSchema().arguments().size() - 1; // after self
+  if (inputs.size() != expected) {
+    throw InputError(
+        "the model's " + method.name() + " takes " + std::to_string(expected) + " argument(s) after self, got " +
+        std::to_string(inputs.size()) + " (load_inputs completes an inputs file with the defaults): " +
+        forward_signature(function.getSchema()));
+  }
+}
+
 Interpreter interpreter_of(const LoadOptions& options) {
   return options.interpreter.value_or(options.dispatch == Dispatch::Static ? Interpreter::Lightweight : Interpreter::Stock);
 }
@@ -88,6 +104,7 @@ struct Model::Impl {
   mutable std::mutex interpreters_mutex;
   mutable std::map<std::string, std::unique_ptr<BytecodeInterpreter>> interpreters;
   const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
+  std::optional<torch::jit::mobile::Method> forward_method;
 
   const BytecodeInterpreter& interpreter_for(const std::string& method) const {
     std::lock_guard<std::mutex> lock(interpreters_mutex);
@@ -133,6 +150,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
     try {
       impl->forward_interpreter = &impl->interpreter_for("forward");
+      impl->forward_method = impl->module.find_method("forward");
     } catch (const BytecodeError& e) {
       throw ModelLoadError(path + ": " + printable_first_line(e.what()));
     }
@@ -142,6 +160,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
 
 c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
   if (impl_->forward_interpreter != nullptr) {
+    check_argument_count(*impl_->forward_method, inputs);
     c10::InferenceMode inference_mode;
     try {
       return impl_->forward_interpreter->run(std::move(inputs));
@@ -153,9 +172,11 @@ c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
 }
 
 c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue> inputs) const {
-  if (!impl_->module.find_method(method)) {
+  const auto found = impl_->module.find_method(method);
+  if (!found) {
     throw RunError(impl_->path + ": the model has no method '" + method + "'");
   }
+  check_argument_count(*found, inputs);
   // Inference, as a deployed model runs and as reference outputs are computed (under no_grad): grad mode
   // also picks other paths in some ops (transformer layers' fused inference).
   c10::InferenceMode inference_mode;

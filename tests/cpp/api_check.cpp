@@ -1,0 +1,129 @@
+// The public API from C++ alone (include/lightweight_dispatch/runtime.h), as an app uses it:
+//   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl
+// Checks that a good model runs from 4 threads at once bit for bit like one thread, that a model calling
+// operators the build lacks is one MissingOperatorsError listing all of them, that a damaged file is a
+// ModelLoadError rather than a crash, and that bad inputs are an InputError. Prints one line per check
+// and "api_check: N passed, N failed".
+#include <lightweight_dispatch/runtime.h>
+
+#include <ATen/ops/equal.h>
+
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ld = lightweight_dispatch;
+
+namespace {
+
+int passed = 0;
+int failed = 0;
+
+void check(bool ok, const std::string& what, const std::string& detail = "") {
+  std::cout << (ok ? "ok   " : "FAIL ") << what << (detail.empty() ? "" : ": " + detail) << "\n";
+  ++(ok ? passed : failed);
+}
+
+bool bit_identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].scalar_type() != b[i].scalar_type() || !a[i].sizes().equals(b[i].sizes()) ||
+        !at::equal(a[i].contiguous().view(at::kByte), b[i].contiguous().view(at::kByte))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void concurrent_forward_is_bit_identical(const std::string& model_path, const std::string& inputs_path) {
+  const ld::Model model = ld::Model::load(model_path);
+  const std::vector<c10::IValue> inputs = ld::load_inputs(inputs_path, model);
+  const std::vector<at::Tensor> reference = ld::flatten_outputs(model.forward(inputs));
+  check(!model.operators().empty() && !model.call_sites().empty(), "operators and call sites are reported",
+        std::to_string(model.operators().size()) + " operators, " + std::to_string(model.call_sites().size()) +
+            " call sites");
+  bool all_static = true;
+  for (const ld::OperatorUse& op : model.operators()) {
+    all_static = all_static && (op.path == "static" || op.path == "jit");
+  }
+  check(all_static, "every operator is static or JIT-native");
+  std::vector<int> differing(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        differing[t] += bit_identical(ld::flatten_outputs(model.forward(inputs)), reference) ? 0 : 1;
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  int total = 0;
+  for (int d : differing) {
+    total += d;
+  }
+  check(total == 0, "4 threads x 5 concurrent forward calls are bit-identical to one thread",
+        std::to_string(total) + " differed");
+}
+
+void missing_operators_are_one_error_listing_all(const std::string& path) {
+  try {
+    ld::Model::load(path);
+    check(false, "a model calling operators the build lacks is refused", "it loaded");
+  } catch (const ld::MissingOperatorsError& e) {
+    const auto& ops = e.operators();
+    const bool both = ops.size() == 2 && ops[0] == "aten::erf" && ops[1] == "aten::expm1";
+    check(both, "MissingOperatorsError lists every missing operator", std::to_string(ops.size()) + " listed");
+    check(std::string(e.what()).find("no generated kernel for 2 operator(s)") != std::string::npos,
+          "its message is lite_predictor's");
+  }
+}
+
+void damaged_file_is_an_exception(const std::string& path) {
+  try {
+    ld::Model::load(path);
+    check(false, "a damaged model file is refused", "it loaded");
+  } catch (const ld::ModelLoadError& e) {
+    check(std::string(e.what()).find(path) != std::string::npos, "a damaged file is a ModelLoadError naming it",
+          e.what());
+  }
+}
+
+void bad_inputs_are_an_input_error(const std::string& model_path, const std::string& not_inputs) {
+  const ld::Model model = ld::Model::load(model_path);
+  try {
+    ld::load_inputs(not_inputs, model);
+    check(false, "a file that is not an inputs file is refused", "it was read");
+  } catch (const ld::InputError& e) {
+    check(true, "a file that is not an inputs file is an InputError", e.what());
+  }
+  try {
+    model.forward({});
+    check(false, "forward without its arguments is refused", "it ran");
+  } catch (const ld::InputError& e) {
+    check(true, "forward without its arguments is an InputError, not a crash", e.what());
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl\n";
+    return 2;
+  }
+  try {
+    concurrent_forward_is_bit_identical(argv[1], argv[2]);
+    missing_operators_are_one_error_listing_all(argv[3]);
+    damaged_file_is_an_exception(argv[4]);
+    bad_inputs_are_an_input_error(argv[1], argv[1]);
+  } catch (const std::exception& e) {
+    check(false, "no unexpected exception", e.what());
+  }
+  std::cout << "api_check: " << passed << " passed, " << failed << " failed\n";
+  return failed == 0 ? 0 : 1;
+}
