@@ -4,6 +4,7 @@
 #include <lite_predictor/crash_guard.h>
 #include <lite_predictor/forward_arguments.h>
 #include <lite_predictor/kernel_table.h>
+#include <lite_predictor/model_file_check.h>
 #include <lite_predictor/op_binding.h>
 #include <lite_predictor/op_profile.h>
 #include <lite_predictor/output_check.h>
@@ -53,19 +54,6 @@ std::string sibling_file(const std::string& model_path, const std::string& suffi
   return (path.parent_path() / (path.stem().string() + suffix)).string();
 }
 
-// The first line of an error, with bytes a terminal cannot show replaced (damaged files put raw
-// bytes into LibTorch's messages).
-std::string printable_first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  for (char& c : line) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte >= 0x7f) {
-      c = '?';
-    }
-  }
-  return line;
-}
-
 // Loads, checks and binds the model through the runtime's API; its errors become exit codes.
 ld::Model load_model(const ld::Options& options) {
   ld::LoadOptions load_options;
@@ -88,7 +76,7 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
   try {
     return ld::load_tensor_list(path);
   } catch (const ld::TensorFileError& e) {
-    throw Failure{kBadInputs, printable_first_line(e.what())};
+    throw Failure{kBadInputs, ld::printable_first_line(e.what())};
   }
 }
 
@@ -96,7 +84,7 @@ std::vector<c10::IValue> load_arguments(const std::string& path) {
   try {
     return ld::load_argument_list(path);
   } catch (const ld::TensorFileError& e) {
-    throw Failure{kBadInputs, printable_first_line(e.what())};
+    throw Failure{kBadInputs, ld::printable_first_line(e.what())};
   }
 }
 
@@ -339,7 +327,7 @@ int run_reporting_failures(const ld::Options& options, const ld::PhaseReporter& 
     std::cerr << "lite_predictor: error: " << failure.message << "\n";
     return failure.code;
   } catch (const std::exception& e) {
-    std::cerr << "lite_predictor: error: " << printable_first_line(e.what()) << "\n";
+    std::cerr << "lite_predictor: error: " << ld::printable_first_line(e.what()) << "\n";
     return kRunFailed;
   }
 }

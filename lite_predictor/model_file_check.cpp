@@ -201,6 +201,17 @@ void verify_inflated_checksums(
 
 } // namespace
 
+std::string printable_first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  for (char& c : line) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      c = '?';
+    }
+  }
+  return line;
+}
+
 void check_model_file(const std::string& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);

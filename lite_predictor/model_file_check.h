@@ -18,4 +18,8 @@ class ModelFileError : public std::runtime_error {
 // without lite-interpreter bytecode. A flatbuffer model is passed through unchecked.
 void check_model_file(const std::string& path);
 
+// The first line of an error message, with bytes a terminal cannot show replaced by '?': damaged files put
+// raw bytes into LibTorch's messages.
+std::string printable_first_line(const std::string& text);
+
 } // namespace lightweight_dispatch

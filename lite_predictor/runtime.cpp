@@ -25,19 +25,6 @@ namespace lightweight_dispatch {
 
 namespace {
 
-// The first line of an error, with bytes a terminal cannot show replaced (damaged files put raw bytes
-// into LibTorch's messages).
-std::string printable_first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  for (char& c : line) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte >= 0x7f) {
-      c = '?';
-    }
-  }
-  return line;
-}
-
 torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch) {
   try {
     check_model_file(path);
