@@ -1,3 +1,91 @@
+# The codegen build step as CMake functions, for this project and for apps that embed the runtime.
+#
+# Included by CMakeLists.txt (the source tree, also under add_subdirectory()) and by the installed package's
+# LightweightDispatchConfig.cmake. Either way LIGHTWEIGHT_DISPATCH_ROOT is the directory that holds tools/,
+# custom_ops.yaml and quantized_ops.yaml: the source tree, or <prefix>/share/lightweight_dispatch, where
+# this file is cmake/codegen.cmake as it is here.
+#
+#   lightweight_dispatch_add_kernels(<target> OPS_YAML <yaml> [NUM_SHARDS n] [OUTPUT_DIR dir])
+#       the static library <target>: statically dispatched kernels for exactly the yaml's operators, with
+#       the conversion helpers and the torchvision kernels they call. Link it and lightweight_dispatch::runtime.
+#   lightweight_dispatch_generate_kernels(TARGET name {OPS_YAML yaml | ALL_OPS} OUTPUT_DIR dir NUM_SHARDS n)
+#       the same, every argument explicit (ALL_OPS: every native function CPU can reach).
+#
+# Cache options, shared by every kernel library of a build:
+#   STATIC_DISPATCH_BACKEND      CPU;QuantizedCPU (default) or CPU
+#   GENERATED_CODE_OPTIMIZATION  -Os (default) or -O3, for the generated kernels
+# The generator runs under Python3_EXECUTABLE, which must import torch, torchgen and yaml.
+include_guard(GLOBAL)
+
+if(NOT DEFINED LIGHTWEIGHT_DISPATCH_ROOT)
+  get_filename_component(LIGHTWEIGHT_DISPATCH_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+endif()
+# A global property, not only a variable: functions called from a parent of add_subdirectory() read it.
+set_property(GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_ROOT "${LIGHTWEIGHT_DISPATCH_ROOT}")
+
+set(STATIC_DISPATCH_BACKEND "CPU;QuantizedCPU" CACHE STRING
+    "Backends the generated kernels dispatch to: CPU, optionally with QuantizedCPU (the default)")
+# The generated glue only moves arguments between the stack and a kernel call (the kernels themselves are
+# LibTorch's): -Os makes it about a third smaller for ~12 more instructions per op call (benchmarks/README.md).
+set(GENERATED_CODE_OPTIMIZATION "-Os" CACHE STRING
+    "Optimisation flag for the generated kernels and their conversion helpers (-Os or -O3)")
+
+# Fails the configure unless STATIC_DISPATCH_BACKEND is CPU, optionally with QuantizedCPU.
+function(lightweight_dispatch_check_backends)
+  set(_supported_backends CPU QuantizedCPU)
+  foreach(_backend IN LISTS STATIC_DISPATCH_BACKEND)
+    if(NOT _backend IN_LIST _supported_backends)
+      message(FATAL_ERROR
+        "STATIC_DISPATCH_BACKEND='${STATIC_DISPATCH_BACKEND}': '${_backend}' is not supported. Lightweight dispatch "
+        "generates kernels for CPU, optionally with QuantizedCPU: configure with -DSTATIC_DISPATCH_BACKEND=CPU "
+        "or -DSTATIC_DISPATCH_BACKEND='CPU;QuantizedCPU'.")
+    endif()
+  endforeach()
+  if(NOT "CPU" IN_LIST STATIC_DISPATCH_BACKEND)
+    message(FATAL_ERROR
+      "STATIC_DISPATCH_BACKEND='${STATIC_DISPATCH_BACKEND}' must include CPU (e.g. -DSTATIC_DISPATCH_BACKEND='CPU;QuantizedCPU').")
+  endif()
+endfunction()
+
+# Finds the Python the generator runs under (Python3_EXECUTABLE if set) and checks it imports torch, torchgen
+# and yaml. Sets, in the caller's scope, LIGHTWEIGHT_DISPATCH_TORCH_CMAKE_PREFIX (torch.utils.cmake_prefix_path,
+# for find_package(Torch)), LIGHTWEIGHT_DISPATCH_TORCH_VERSION and TORCHGEN_DIR.
+macro(lightweight_dispatch_find_generator)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" -c
+            "import torch, torchgen, yaml, os; print(torch.utils.cmake_prefix_path); print(os.path.dirname(torchgen.__file__)); print(torch.__version__.split('+')[0])"
+    OUTPUT_VARIABLE _ld_generator_facts OUTPUT_STRIP_TRAILING_WHITESPACE
+    ERROR_VARIABLE _ld_generator_error ERROR_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE _ld_generator_result)
+  if(NOT _ld_generator_result EQUAL 0)
+    string(REGEX REPLACE ".*\n" "" _ld_generator_error "${_ld_generator_error}")
+    message(FATAL_ERROR
+      "lightweight_dispatch: ${Python3_EXECUTABLE} cannot run the kernel generator (${_ld_generator_error}): it needs "
+      "a Python with torch (the version the app links) and pyyaml. Point CMake at one with "
+      "-DPython3_EXECUTABLE=/path/to/venv/bin/python (in the lightweight_dispatch source tree, ./build.sh sets up .venv).")
+  endif()
+  string(REPLACE "\n" ";" _ld_generator_facts "${_ld_generator_facts}")
+  list(GET _ld_generator_facts 0 LIGHTWEIGHT_DISPATCH_TORCH_CMAKE_PREFIX)
+  list(GET _ld_generator_facts 1 TORCHGEN_DIR)
+  list(GET _ld_generator_facts 2 LIGHTWEIGHT_DISPATCH_TORCH_VERSION)
+  set_property(GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_PYTHON "${Python3_EXECUTABLE}")
+  set_property(GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_TORCHGEN_DIR "${TORCHGEN_DIR}")
+endmacro()
+
+# Fails the configure when the LibTorch found (Torch_VERSION) is not the torch the generator reads
+# native_functions.yaml from: generated code would call kernels with other signatures.
+function(lightweight_dispatch_check_torch_version)
+  if(DEFINED Torch_VERSION AND NOT "${Torch_VERSION}" STREQUAL "" AND
+     NOT "${Torch_VERSION}" VERSION_EQUAL "${LIGHTWEIGHT_DISPATCH_TORCH_VERSION}")
+    message(FATAL_ERROR
+      "lightweight_dispatch: the LibTorch found (${Torch_DIR}) is ${Torch_VERSION}, but the generator's Python "
+      "(${Python3_EXECUTABLE}) has torch ${LIGHTWEIGHT_DISPATCH_TORCH_VERSION}. Use the same torch for both: put "
+      "that Python's torch.utils.cmake_prefix_path on CMAKE_PREFIX_PATH, or pass -DPython3_EXECUTABLE= a Python "
+      "with torch ${Torch_VERSION}.")
+  endif()
+endfunction()
+
 # lightweight_dispatch_generate_kernels(TARGET name OPS_YAML yaml OUTPUT_DIR dir NUM_SHARDS n [ALL_OPS])
 #
 # Runs tools/gen_unboxing.py as a build step and compiles its output into the static library `name`.
@@ -6,7 +94,12 @@
 # unchanged op set recompiles nothing and a one-op change recompiles one shard.
 function(lightweight_dispatch_generate_kernels)
   cmake_parse_arguments(ARG "ALL_OPS" "TARGET;OPS_YAML;OUTPUT_DIR;NUM_SHARDS" "" ${ARGN})
-  set(_root "${PROJECT_SOURCE_DIR}")
+  get_property(_root GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_ROOT)
+  get_property(_python GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_PYTHON)
+  get_property(_torchgen_dir GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_TORCHGEN_DIR)
+  if(NOT _python)
+    message(FATAL_ERROR "lightweight_dispatch_generate_kernels: call lightweight_dispatch_find_generator() first")
+  endif()
   set(_sources)
   math(EXPR _last "${ARG_NUM_SHARDS} - 1")
   foreach(_i RANGE ${_last})
@@ -29,30 +122,56 @@ function(lightweight_dispatch_generate_kernels)
   add_custom_command(
     OUTPUT "${_stamp}"
     BYPRODUCTS ${_sources} "${ARG_OUTPUT_DIR}/codegen_report.json"
-    COMMAND "${Python3_EXECUTABLE}" -m tools.gen_unboxing ${_selection}
+    COMMAND "${_python}" -m tools.gen_unboxing ${_selection}
             --install-dir "${ARG_OUTPUT_DIR}" --num-shards ${ARG_NUM_SHARDS}
             --backends "${_backends}"
     COMMAND "${CMAKE_COMMAND}" -E touch "${_stamp}"
     DEPENDS ${_selection_deps} ${_generator_sources} "${_root}/custom_ops.yaml" "${_root}/quantized_ops.yaml"
-            "${TORCHGEN_DIR}/packaged/ATen/native/native_functions.yaml"
-            "${TORCHGEN_DIR}/packaged/ATen/native/tags.yaml"
+            "${_torchgen_dir}/packaged/ATen/native/native_functions.yaml"
+            "${_torchgen_dir}/packaged/ATen/native/tags.yaml"
     WORKING_DIRECTORY "${_root}"
     COMMENT "Generating statically dispatched kernels (${ARG_TARGET})"
     VERBATIM)
   add_custom_target(${ARG_TARGET}_codegen DEPENDS "${_stamp}")
-  # The conversions every generated shard calls (lite_predictor/unboxing_helpers.h), compiled once for
-  # all generated-kernel libraries of the build rather than inlined into every shard.
-  if(NOT TARGET lightweight_dispatch_unboxing_helpers)
-    add_library(lightweight_dispatch_unboxing_helpers STATIC
-      "${_root}/lite_predictor/unboxing_helpers.cpp" "${_root}/lite_predictor/dispatcher_call.cpp")
-    target_include_directories(lightweight_dispatch_unboxing_helpers PUBLIC "${_root}")
-    target_link_libraries(lightweight_dispatch_unboxing_helpers PUBLIC ${TORCH_LIBRARIES})
-    target_compile_options(lightweight_dispatch_unboxing_helpers PRIVATE ${GENERATED_CODE_OPTIMIZATION})
-  endif()
   add_library(${ARG_TARGET} STATIC ${_sources})
   set_source_files_properties(${_sources} PROPERTIES COMPILE_OPTIONS ${GENERATED_CODE_OPTIMIZATION})
   add_dependencies(${ARG_TARGET} ${ARG_TARGET}_codegen)
-  target_include_directories(${ARG_TARGET} PUBLIC "${_root}")
-  # The project's own kernels (custom_ops.yaml), which generated code calls directly.
-  target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch_unboxing_helpers torchvision_kernels ${TORCH_LIBRARIES})
+  # The conversions every generated shard calls (lite_predictor/unboxing_helpers.h), compiled once for all
+  # kernel libraries of a build rather than inlined into every shard, and the project's own kernels
+  # (custom_ops.yaml), which generated code calls directly. Both carry the include directories and LibTorch.
+  target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch::unboxing_helpers lightweight_dispatch::torchvision_kernels)
+endfunction()
+
+# lightweight_dispatch_add_kernels(<target> OPS_YAML <yaml> [NUM_SHARDS n] [OUTPUT_DIR dir])
+#
+# The static library <target> with statically dispatched kernels for exactly the operators of <yaml> (the
+# format scripts/dump_ops.py writes; a relative path is from the current source directory). Generated into
+# OUTPUT_DIR (default: <binary dir>/<target>_generated) in NUM_SHARDS files compiled in parallel (default 4).
+function(lightweight_dispatch_add_kernels target)
+  cmake_parse_arguments(ARG "" "OPS_YAML;NUM_SHARDS;OUTPUT_DIR" "" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "lightweight_dispatch_add_kernels(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_OPS_YAML)
+    message(FATAL_ERROR
+      "lightweight_dispatch_add_kernels(${target}) needs OPS_YAML <yaml>: the operators to generate kernels for "
+      "(scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one)")
+  endif()
+  get_filename_component(_yaml "${ARG_OPS_YAML}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+  if(NOT EXISTS "${_yaml}")
+    message(FATAL_ERROR
+      "lightweight_dispatch_add_kernels(${target}): OPS_YAML '${_yaml}' does not exist "
+      "(scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one)")
+  endif()
+  if(NOT ARG_NUM_SHARDS)
+    set(ARG_NUM_SHARDS 4)
+  endif()
+  if(NOT ARG_NUM_SHARDS MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "lightweight_dispatch_add_kernels(${target}): NUM_SHARDS '${ARG_NUM_SHARDS}' is not a positive integer")
+  endif()
+  if(NOT ARG_OUTPUT_DIR)
+    set(ARG_OUTPUT_DIR "${CMAKE_CURRENT_BINARY_DIR}/${target}_generated")
+  endif()
+  lightweight_dispatch_generate_kernels(
+    TARGET ${target} OPS_YAML "${_yaml}" OUTPUT_DIR "${ARG_OUTPUT_DIR}" NUM_SHARDS ${ARG_NUM_SHARDS})
 endfunction()
