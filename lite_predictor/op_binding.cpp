@@ -188,7 +188,9 @@ BindingReport bind_static(torch::jit::mobile::Module& module, const KernelIndex&
       message << "this build has no generated kernel for " << not_in_build.size()
               << " operator(s) the model calls:" << join(not_in_build)
               << "\nThe ops yaml this build was generated from does not list them: add them (python "
-                 "scripts/dump_ops.py --model-file MODEL.ptl) and rebuild (./build.sh), or run with --dispatch dynamic.";
+                 "scripts/dump_ops.py --model-file MODEL.ptl) and rebuild (./build.sh, or your "
+                 "lightweight_dispatch_add_kernels target), or use dynamic dispatch (lite_predictor --dispatch "
+                 "dynamic; Dispatch::Dynamic in the API).";
     }
     if (!unresolved.empty()) {
       message << (not_in_build.empty() ? "" : "\n") << unresolved.size()

@@ -82,6 +82,11 @@ Interpreter interpreter_of(const LoadOptions& options) {
 } // namespace
 
 struct Model::Impl {
+  // Constructed from the caller's options: a default LoadOptions here would call KernelLibrary::linked() in
+  // the library and tie it to one generated kernel library.
+  Impl(std::string model_path, LoadOptions load_options)
+      : path(std::move(model_path)), options(std::move(load_options)) {}
+
   std::string path;
   LoadOptions options;
   torch::jit::mobile::Module module;
@@ -120,9 +125,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     // The stock interpreter resolves operators through the dispatcher, which must know the project's own.
     options.kernels.register_with_dispatcher();
   }
-  auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  impl->options = options;
+  auto impl = std::make_unique<Impl>(path, options);
   impl->module = load_module(path, options.dispatch);
   if (options.dispatch == Dispatch::Static) {
     const KernelIndex index(options.kernels.kernels);
