@@ -65,6 +65,8 @@ options:
                      line still comes from runs without the timer; operators are named without overload)
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
+  --default-malloc   leave glibc's allocator thresholds as they are; by default they are raised so that an
+                     inference's large temporaries are reused from the heap, not mmap'd afresh each call
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas
@@ -140,6 +142,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.profile_ops = true;
     } else if (arg == "--in-process") {
       options.in_process = true;
+    } else if (arg == "--default-malloc") {
+      options.default_malloc = true;
     } else if (arg == "--list-ops") {
       options.list_ops = true;
     } else if (arg == "--json") {

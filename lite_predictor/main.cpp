@@ -13,6 +13,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -61,6 +63,7 @@ ld::Model load_model(const ld::Options& options) {
   load_options.interpreter =
       options.interpreter == ld::InterpreterKind::Lightweight ? ld::Interpreter::Lightweight : ld::Interpreter::Stock;
   load_options.quantized_engine = options.qengine;
+  load_options.keep_large_allocations_in_heap = !options.default_malloc;
   try {
     return ld::Model::load(options.model_path, load_options);
   } catch (const ld::OptionError& e) {
@@ -174,12 +177,20 @@ std::vector<at::Tensor> flatten(const c10::IValue& output) {
   }
 }
 
+// This process's minor page faults so far: each fresh page a run touches (an mmap'd temporary) is one.
+long minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
 void time_steady_state(
     const ld::Model& module, const Inputs& inputs, const ld::Options& options, ld::RunReport& report) {
   for (int i = 0; i < options.warmup; ++i) {
     run_once(module, inputs.values);
   }
   std::vector<double> times;
+  const long faults_before = minor_page_faults();
   for (int i = 0; i < options.iters; ++i) {
     const auto start = Clock::now();
     run_once(module, inputs.values);
@@ -189,6 +200,7 @@ void time_steady_state(
   const size_t n = times.size();
   report.median_ms = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
   report.min_ms = times.front();
+  report.page_faults_per_run = static_cast<double>(minor_page_faults() - faults_before) / options.iters;
 }
 
 // --iters more runs with every operator call timed; apart from the steady-state timing, whose runs
@@ -272,6 +284,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   }
   ld::RunReport report;
   report.model = options.model_path;
+  report.default_malloc = options.default_malloc;
   report.dispatch = options.dispatch == ld::DispatchMode::Static ? "static" : "dynamic";
   report.interpreter = ld::interpreter_name(options.interpreter);
   report.threads = options.threads;

@@ -106,7 +106,9 @@ void print_text(std::ostream& out, const RunReport& report) {
   out << "inputs:    " << report.input_source << "\n";
   out << std::fixed << std::setprecision(3);
   out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms, median "
-      << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs";
+      << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs, "
+      << std::setprecision(0) << report.page_faults_per_run << std::setprecision(3) << " page faults per run"
+      << (report.default_malloc ? " (glibc's default malloc thresholds)" : "");
   if (report.threads > 0) {
     out << ", " << report.threads << " thread(s)";
   }
@@ -151,7 +153,8 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)
       << ", \"num_outputs\": " << report.num_outputs << ", \"load_ms\": " << report.load_ms
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
-      << ", \"min_ms\": " << report.min_ms << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;
+      << ", \"min_ms\": " << report.min_ms << ", \"page_faults_per_run\": " << report.page_faults_per_run
+      << ", \"malloc\": " << json_string(report.default_malloc ? "default" : "heap") << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;
   if (report.parallel_threads > 0) {
     out << ", \"parallel\": {\"threads\": " << report.parallel_threads << ", \"runs\": " << report.parallel_runs
         << ", \"seconds\": " << report.parallel_seconds

@@ -3,6 +3,7 @@
 // benchmarks use it too, so every message here is the one lite_predictor prints.
 #include <lightweight_dispatch/runtime.h>
 
+#include <lite_predictor/allocator_settings.h>
 #include <lite_predictor/bytecode_interpreter.h>
 #include <lite_predictor/forward_arguments.h>
 #include <lite_predictor/model_file_check.h>
@@ -114,6 +115,9 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
 Model Model::load(const std::string& path, const LoadOptions& options) {
+  if (options.keep_large_allocations_in_heap) {
+    lightweight_dispatch::keep_large_allocations_in_heap();
+  }
   if (options.quantized_engine) {
     try {
       set_quantized_engine(*options.quantized_engine);
