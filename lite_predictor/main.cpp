@@ -294,6 +294,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   const auto load_start = Clock::now();
   const ld::Model module = load_model(options);
   report.load_ms = ms_since(load_start);
+  report.load_timings = module.load_timings();
   report.ops = module.operators();
   report.qengine = ld::current_quantized_engine();
   const Inputs inputs = resolve_inputs(options, module);

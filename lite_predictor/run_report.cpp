@@ -105,6 +105,9 @@ void print_text(std::ostream& out, const RunReport& report) {
   }
   out << "inputs:    " << report.input_source << "\n";
   out << std::fixed << std::setprecision(3);
+  const LoadTimings& t = report.load_timings;
+  out << "load:      " << report.load_ms << " ms: file check " << t.file_check_ms << ", LibTorch's loader "
+      << t.libtorch_load_ms << ", binding " << t.bind_ms << ", bytecode check " << t.prepare_ms << " ms\n";
   out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms, median "
       << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs, "
       << std::setprecision(0) << report.page_faults_per_run << std::setprecision(3) << " page faults per run"
@@ -152,6 +155,9 @@ void print_json(std::ostream& out, const RunReport& report) {
       << (report.outputs_match ? (*report.outputs_match ? "true" : "false") : "null")
       << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)
       << ", \"num_outputs\": " << report.num_outputs << ", \"load_ms\": " << report.load_ms
+      << ", \"load_stages_ms\": {\"file_check\": " << report.load_timings.file_check_ms
+      << ", \"libtorch_load\": " << report.load_timings.libtorch_load_ms << ", \"bind\": " << report.load_timings.bind_ms
+      << ", \"bytecode_check\": " << report.load_timings.prepare_ms << "}"
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
       << ", \"min_ms\": " << report.min_ms << ", \"page_faults_per_run\": " << report.page_faults_per_run
       << ", \"malloc\": " << json_string(report.default_malloc ? "default" : "heap") << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;

@@ -24,6 +24,7 @@ struct RunReport {
   std::string mismatch;
   size_t num_outputs = 0;
   double load_ms = 0.0;
+  LoadTimings load_timings; // load_ms, stage by stage
   double first_run_ms = 0.0;
   double median_ms = 0.0;
   double min_ms = 0.0;

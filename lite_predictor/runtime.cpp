@@ -19,6 +19,7 @@
 #include <torch/csrc/jit/mobile/module.h>
 #include <torch/csrc/jit/mobile/parse_operators.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -26,12 +27,21 @@ namespace lightweight_dispatch {
 
 namespace {
 
-torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch) {
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, LoadTimings& timings) {
+  auto start = Clock::now();
   try {
     check_model_file(path);
   } catch (const ModelFileError& e) {
     throw ModelLoadError(printable_first_line(e.what()));
   }
+  timings.file_check_ms = ms_since(start);
+  start = Clock::now();
   // Static dispatch loads without the stock operator check: binding checks every op itself and names all
   // the missing ones at once, including ops only this build provides.
   const uint64_t options = dispatch == Dispatch::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
@@ -39,6 +49,7 @@ torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatc
     torch::jit::ExtraFilesMap extra_files;
     auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
     check_loaded_tensors(module);
+    timings.libtorch_load_ms = ms_since(start);
     return module;
   } catch (const ModelIntegrityError& e) {
     throw ModelLoadError(path + ": " + e.what());
@@ -90,6 +101,7 @@ struct Model::Impl {
 
   std::string path;
   LoadOptions options;
+  LoadTimings timings;
   torch::jit::mobile::Module module;
   std::vector<OperatorUse> operators;
   // Lightweight interpreter: one per method, prepared (bytecode checked) on first use under the mutex;
@@ -130,7 +142,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     options.kernels.register_with_dispatcher();
   }
   auto impl = std::make_unique<Impl>(path, options);
-  impl->module = load_module(path, options.dispatch);
+  impl->module = load_module(path, options.dispatch, impl->timings);
+  auto start = Clock::now();
   if (options.dispatch == Dispatch::Static) {
     const KernelIndex index(options.kernels.kernels);
     try {
@@ -141,6 +154,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   } else {
     impl->operators = as_operator_uses(describe_dynamic(impl->module));
   }
+  impl->timings.bind_ms = ms_since(start);
+  start = Clock::now();
   if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
     try {
       impl->forward_interpreter = &impl->interpreter_for("forward");
@@ -149,6 +164,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
       throw ModelLoadError(path + ": " + printable_first_line(e.what()));
     }
   }
+  impl->timings.prepare_ms = ms_since(start);
   return Model(std::move(impl));
 }
 
@@ -230,6 +246,10 @@ const std::string& Model::path() const {
 
 const LoadOptions& Model::options() const {
   return impl_->options;
+}
+
+const LoadTimings& Model::load_timings() const {
+  return impl_->timings;
 }
 
 std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model, const std::string& method) {

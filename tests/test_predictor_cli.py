@@ -124,3 +124,16 @@ def test_large_temporaries_are_reused_from_the_heap_not_mmapped_each_run(predict
     tuned, default = faults(), faults("--default-malloc")
     assert tuned < 50
     assert default > 10 * max(tuned, 50)
+
+
+def test_load_time_is_reported_stage_by_stage(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    report = run.json()
+    stages = report["load_stages_ms"]
+    assert set(stages) == {"file_check", "libtorch_load", "bind", "bytecode_check"}
+    assert all(v >= 0 for v in stages.values())
+    assert stages["libtorch_load"] > 0 and stages["file_check"] > 0
+    assert sum(stages.values()) <= report["load_ms"] + 1e-6
+    text = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1").stdout
+    assert "ms: file check " in text and ", LibTorch's loader " in text and ", binding " in text

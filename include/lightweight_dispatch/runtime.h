@@ -121,6 +121,14 @@ struct CallSite {
   OperatorUse op;
 };
 
+// Where Model::load's time went, in milliseconds.
+struct LoadTimings {
+  double file_check_ms = 0;  // archive directory, every record's CRC-32
+  double libtorch_load_ms = 0; // LibTorch's loader (packed weights rebuilt here) and the tensor checks
+  double bind_ms = 0;        // every call site bound to its generated kernel (static dispatch)
+  double prepare_ms = 0;     // forward's bytecode checked for the lightweight interpreter
+};
+
 // --- the model
 
 class Model {
@@ -151,6 +159,7 @@ class Model {
 
   const std::string& path() const;
   const LoadOptions& options() const;
+  const LoadTimings& load_timings() const;
 
  private:
   struct Impl;
