@@ -103,7 +103,7 @@ struct LoadOptions {
   KernelLibrary kernels = KernelLibrary::linked();
   // Raise glibc's mmap and trim thresholds, once per process, so an inference's large temporaries are reused
   // from the heap instead of arriving as fresh zero pages on every call (MobileNetV2 in a fresh process:
-  // about 14 -> 11.6 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
+  // 15 -> 11.5 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
   bool keep_large_allocations_in_heap = true;
 };
 
