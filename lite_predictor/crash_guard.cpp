@@ -48,7 +48,7 @@ int run_guarded(
   }
   close(phase_pipe[1]);
   // Keep the last phase the child announced; the pipe closes when it exits.
-  Phase last = Phase::Loading;
+  Phase last = Phase::StartingUp;
   char byte = 0;
   ssize_t got = 0;
   while ((got = read(phase_pipe[0], &byte, 1)) != 0) {
@@ -72,9 +72,16 @@ int run_guarded(
     return WEXITSTATUS(status);
   }
   const int signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  std::cerr << "lite_predictor: error: ";
+  if (last == Phase::StartingUp) {
+    std::cerr << "LibTorch crashed (signal " << signal << ", " << strsignal(signal) << ") while starting up, before "
+              << model_path << " was read: the runtime itself failed on this machine (its CPU detection or thread "
+                 "pool, for instance), not the model file\n";
+    return codes.while_starting;
+  }
   const bool loading = last == Phase::Loading;
-  std::cerr << "lite_predictor: error: " << model_path << ": LibTorch crashed (signal " << signal << ", "
-            << strsignal(signal) << ") while " << (loading ? "loading" : "running")
+  std::cerr << model_path << ": LibTorch crashed (signal " << signal << ", " << strsignal(signal) << ") while "
+            << (loading ? "loading" : "running")
             << " this model; the file is probably damaged or was not made by a compatible exporter\n";
   return loading ? codes.while_loading : codes.while_running;
 }

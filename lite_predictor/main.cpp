@@ -392,6 +392,6 @@ int main(int argc, char** argv) {
   exit_now(ld::run_guarded(
       [&](const ld::PhaseReporter& phase) { return run_reporting_failures(options, phase); },
       options.model_path,
-      {kCannotLoad, kRunFailed},
+      {kRunFailed, kCannotLoad, kRunFailed},
       options.in_process));
 }

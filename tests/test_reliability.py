@@ -375,3 +375,12 @@ def test_dump_ops_killed_half_way_leaves_the_previous_yaml(tmp_path: Path) -> No
     process.wait()
     content = output.read_text()
     assert content == "- aten::previous\n" or content.startswith("# Operators the lite_predictor build carries")
+
+
+def test_crash_guard_tells_a_start_up_crash_from_a_damaged_model() -> None:
+    # A worker killed by a signal before the model is read is the runtime failing (a foreign CPU under
+    # emulation, say), not a damaged file; after, it is reported for the phase it died in.
+    program = REPO_ROOT / "build" / "crash_guard_check"
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "crash_guard_check: 4 passed, 0 failed"
