@@ -12,6 +12,7 @@ dynamic, `benchmarks.python_cold_start` for Python), the modes alternating, the 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import statistics
@@ -25,7 +26,9 @@ from benchmarks.figures import Section, Target
 from test_models import MODELS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODES = ("static", "dynamic", "python_eager", "python_lite")
+MODES = ("static", "dynamic", "python_eager", "python_lite", "onnxruntime")
+# Issue #13's targets against ONNX Runtime (static's median per-round ratio to ORT's), by model and threads.
+ORT_TARGETS: dict[tuple[str, int], float] = {("mobilenet_v2", 1): 1.0, ("mobilenet_v2", 2): 1.1}
 # MobileNetV2 and the detection heads; a model not (yet) in the registry is skipped and reported.
 LATENCY_MODELS = ("mobilenet_v2", "quantized_mobilenet_v2", "ssdlite_head", "roi_head", "detection_ops")
 TARGET_RATIO = 1.03  # static's median at most 3% above dynamic's
@@ -82,6 +85,15 @@ class LatencyServer:
 PYTHON_SERVER = [sys.executable, "-m", "benchmarks.python_latency_server"]
 
 
+def ort_server(peers_python: Path) -> list[str]:
+    """ONNX Runtime's server, run with the peers' environment (benchmarks/peers_env.py)."""
+    return [str(peers_python), "-m", "benchmarks.ort_latency_server"]
+
+
+def server_for(mode: str) -> str:
+    return {"static": "cpp", "dynamic": "cpp", "onnxruntime": "ort"}.get(mode, "python")
+
+
 @dataclass
 class Samples:
     load_ms: dict[str, float] = field(default_factory=dict)
@@ -106,7 +118,10 @@ def load_runners(name: str, models_dir: Path, servers: dict[str, LatencyServer],
         except LatencyError:
             pass  # the measured load below reports it
     for mode in MODES:
-        server = servers["cpp" if mode in ("static", "dynamic") else "python"]
+        if server_for(mode) not in servers:
+            samples.failed[mode] = "no peers environment (run_benchmarks makes one unless --no-peers)"
+            continue
+        server = servers[server_for(mode)]
         try:
             samples.load_ms[mode] = server.load(mode, mode, model_path, inputs_path)
             runners[mode] = lambda key=mode, server=server: server.run(key)
@@ -158,18 +173,26 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
     samples.warm_burst_ms = {mode: statistics.median(times) for mode, times in warm.items()}
 
 
-def paired_ratio_interval(rounds: list[dict[str, float]], seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
-    """A bootstrap 95% interval of the median per-round static/dynamic ratio: how far noise moves it."""
-    ratios = [r["static"] / r["dynamic"] for r in rounds]
+def paired_ratio_interval(rounds: list[dict[str, float]], seed: int = 0, resamples: int = 2000,
+                          numerator: str = "static", denominator: str = "dynamic") -> tuple[float, float]:
+    """A bootstrap 95% interval of the median per-round numerator/denominator ratio: how far noise moves it."""
+    ratios = [r[numerator] / r[denominator] for r in rounds]
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
-def steady_state(server_binary: Path, name: str, models_dir: Path, threads: int, runs: int, warmup: int) -> Samples:
+def steady_state(server_binary: Path, name: str, models_dir: Path, threads: int, runs: int, warmup: int,
+                 peers_python: Path | None = None) -> Samples:
     samples = Samples()
-    with LatencyServer([str(server_binary)], threads) as cpp, LatencyServer(PYTHON_SERVER, threads) as python:
-        runners = load_runners(name, models_dir, {"cpp": cpp, "python": python}, samples)
+    with contextlib.ExitStack() as stack:
+        servers = {
+            "cpp": stack.enter_context(LatencyServer([str(server_binary)], threads)),
+            "python": stack.enter_context(LatencyServer(PYTHON_SERVER, threads)),
+        }
+        if peers_python is not None:
+            servers["ort"] = stack.enter_context(LatencyServer(ort_server(peers_python), threads))
+        runners = load_runners(name, models_dir, servers, samples)
         interleaved(runners, samples, runs, warmup, seed=threads)
     return samples
 
@@ -203,7 +226,7 @@ def cold_start(predictor: Path, name: str, models_dir: Path, reps: int, threads:
     failed: dict[str, str] = {}
     for _ in range(reps):
         for mode in MODES:
-            if mode in failed:
+            if mode in failed or mode == "onnxruntime":  # ORT's session creation is timed in the warm server
                 continue
             try:
                 if mode in ("static", "dynamic"):
@@ -230,6 +253,27 @@ def target_ratio(name: str) -> float:
     """Float models: never slower beyond noise. Quantized ones call cheap int8 kernels, so the static path
     must be no slower at all (issue: quantized MobileNetV2's median per-round ratio <= 1.0)."""
     return QUANTIZED_TARGET_RATIO if MODELS[name].qengine is not None else TARGET_RATIO
+
+
+def record_ratio_to_ort(name: str, threads: int, samples: Samples, section: Section) -> None:
+    """static / ONNX Runtime, per round, where ORT ran; judged against ORT_TARGETS where the issue set one."""
+    rounds = [r for r in samples.rounds if "static" in r and "onnxruntime" in r]
+    target = ORT_TARGETS.get((name, threads))
+    if not rounds:
+        if target is not None:
+            section.targets.append(Target(f"latency {name}, {threads} thread(s): static <= {target} x ONNX Runtime",
+                                          None, samples.failed.get("onnxruntime", "ONNX Runtime did not run")))
+        return
+    prefix = f"latency/{name}/threads_{threads}"
+    paired = statistics.median(r["static"] / r["onnxruntime"] for r in rounds)
+    low, high = paired_ratio_interval(rounds, numerator="static", denominator="onnxruntime")
+    section.add(f"{prefix}/static_to_onnxruntime", round(paired, 3), "ratio",
+                "median over rounds of static / ONNX Runtime in the same round")
+    section.add(f"{prefix}/static_to_onnxruntime_ci95", f"{low:.3f}-{high:.3f}", "ratio interval")
+    if target is not None:
+        section.targets.append(Target(
+            f"latency {name}, {threads} thread(s): static <= {target} x ONNX Runtime (median per-round ratio)",
+            paired <= target, f"median per-round ratio {paired:.3f} (95% interval {low:.3f}-{high:.3f})"))
 
 
 def record_steady(name: str, threads: int, samples: Samples, runs: int, section: Section) -> None:
@@ -271,13 +315,15 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
             paired <= target,
             f"median per-round ratio {paired:.3f} (95% interval {low:.3f}-{high:.3f}); ratio of medians {of_medians:.3f}",
         ))
+        record_ratio_to_ort(name, threads, samples, section)
     else:
         section.targets.append(Target(f"latency {name}, {threads} thread(s): static <= {target_ratio(name)} x dynamic",
                                       None, "static or dynamic could not run: see skipped"))
 
 
 def measure(server_binary: Path, predictor: Path, models_dir: Path, threads: tuple[int, ...] = (1, 2),
-            runs: int = 61, warmup: int = 5, cold_reps: int = 3, models: tuple[str, ...] = LATENCY_MODELS) -> Section:
+            runs: int = 61, warmup: int = 5, cold_reps: int = 3, models: tuple[str, ...] = LATENCY_MODELS,
+            peers_python: Path | None = None) -> Section:
     section = Section()
     for name in models:
         if name not in MODELS:
@@ -287,7 +333,7 @@ def measure(server_binary: Path, predictor: Path, models_dir: Path, threads: tup
             section.skipped.append(f"latency {name}: {models_dir}/{name}.ptl missing (run scripts/dump_ops.py)")
             continue
         for count in threads:
-            samples = steady_state(server_binary, name, models_dir, count, runs, warmup)
+            samples = steady_state(server_binary, name, models_dir, count, runs, warmup, peers_python)
             record_steady(name, count, samples, runs, section)
             medians = ", ".join(f"{m} {statistics.median(samples.steady_ms(m)):.2f}"
                                 for m in MODES if samples.steady_ms(m))
@@ -314,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-reps", type=int, default=3, help="fresh processes per mode (default: %(default)s)")
     parser.add_argument("--models", default=",".join(LATENCY_MODELS), help="comma-separated (default: %(default)s)")
     parser.add_argument("--json", type=Path, required=True, help="where to write the figures")
+    parser.add_argument("--peers-python", type=Path, default=None,
+                        help="the peers environment's python (benchmarks/peers_env.py), to run ONNX Runtime too")
     args = parser.parse_args(argv)
     section = measure(args.server, args.predictor, args.models_dir, tuple(int(t) for t in args.threads.split(",")),
-                      args.runs, args.warmup, args.cold_reps, tuple(args.models.split(",")))
+                      args.runs, args.warmup, args.cold_reps, tuple(args.models.split(",")), args.peers_python)
     args.json.write_text(json.dumps(as_json(section), indent=1))
     return 0
 

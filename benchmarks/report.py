@@ -100,13 +100,15 @@ def latency_table(section: Section, statistic: str = "median_ms") -> list[str]:
                 continue
             row = [f"`{model}`", str(threads)] + [_value(section, f"{p}/{m}/{statistic}", "{:.2f}") for m in LATENCY_MODES]
             if statistic == "median_ms":
-                ratio = _value(section, f"{p}/static_to_dynamic", "{:.3f}")
-                interval = section.get(f"{p}/static_to_dynamic_ci95") if section.has(f"{p}/static_to_dynamic_ci95") else ""
-                row.append(f"{ratio} ({interval})" if interval else ratio)
+                for other in ("dynamic", "onnxruntime"):
+                    ratio = _value(section, f"{p}/static_to_{other}", "{:.3f}")
+                    ci = f"{p}/static_to_{other}_ci95"
+                    row.append(f"{ratio} ({section.get(ci)})" if section.has(ci) else ratio)
             rows.append(row)
-    header = ["model", "threads", "static (ms)", "dynamic (ms)", "Python eager (ms)", "Python lite (ms)"]
+    header = ["model", "threads", "static (ms)", "dynamic (ms)", "Python eager (ms)", "Python lite (ms)",
+              "ONNX Runtime (ms)"]
     if statistic == "median_ms":
-        header.append("static / dynamic, per round (95% interval)")
+        header += ["static / dynamic, per round (95% interval)", "static / ONNX Runtime, per round (95% interval)"]
     return _table(header, rows)
 
 
@@ -312,15 +314,15 @@ def matplotlib_line(label: str):
 def _plot_latency(ax, section: Section) -> None:
     groups = [(m, t) for m in latency_models(section) for t in (1, 2)
               if section.has(f"latency/{m}/threads_{t}/dynamic/median_ms")]
-    colors = {"static": STATIC, "python_eager": GREY, "python_lite": BLUE}
-    width = 0.27
+    colors = {"static": STATIC, "python_eager": GREY, "python_lite": BLUE, "onnxruntime": "#e69f00"}
+    width = 0.2
     for i, mode in enumerate(colors):
         values = []
         for m, t in groups:
             p = f"latency/{m}/threads_{t}"
             values.append(section.get(f"{p}/{mode}/median_ms") / section.get(f"{p}/dynamic/median_ms")
                           if section.has(f"{p}/{mode}/median_ms") else 0)
-        ax.bar([g + (i - 1) * width for g in range(len(groups))], values, width, label=mode, color=colors[mode])
+        ax.bar([g + (i - 1.5) * width for g in range(len(groups))], values, width, label=mode, color=colors[mode])
     ax.axhline(1.0, color=DYNAMIC, linewidth=1, label="dynamic (= 1)")
     ax.axhline(1.03, color="black", linestyle="dashed", linewidth=1, label="target for static: 1.03")
     labels = [f"{m} ({t}t)\n{section.get(f'latency/{m}/threads_{t}/dynamic/median_ms'):.1f} ms" for m, t in groups]

@@ -121,3 +121,28 @@ def test_size_target_is_missed_when_selected_ops_cost_more_than_the_average_op()
     judge(section)
     assert section.get("size/selected_per_op_over_all_ops_per_op/loadable_bytes") == 1.5
     assert [t.met for t in section.targets] == [False]
+
+
+def test_ratio_to_onnxruntime_is_per_round_and_judged_against_the_issue_target() -> None:
+    from benchmarks.latency import Samples, record_ratio_to_ort
+
+    samples = Samples(rounds=[{"static": 12.0, "onnxruntime": 10.0}, {"static": 11.0, "onnxruntime": 10.0},
+                              {"static": 13.0, "onnxruntime": 10.0}])
+    section = Section()
+    record_ratio_to_ort("mobilenet_v2", 1, samples, section)
+    assert section.get("latency/mobilenet_v2/threads_1/static_to_onnxruntime") == 1.2
+    (target,) = section.targets
+    assert target.met is False and "static <= 1.0 x ONNX Runtime" in target.name
+
+
+def test_a_model_onnxruntime_cannot_run_has_no_ratio_and_says_why() -> None:
+    from benchmarks.latency import Samples, record_ratio_to_ort
+
+    samples = Samples(rounds=[{"static": 1.0}], failed={"onnxruntime": "UnsupportedOperatorError: torchvision::nms"})
+    section = Section()
+    record_ratio_to_ort("mobilenet_v2", 2, samples, section)
+    assert not section.has("latency/mobilenet_v2/threads_2/static_to_onnxruntime")
+    (target,) = section.targets
+    assert target.met is None and "torchvision::nms" in target.detail
+    record_ratio_to_ort("ssdlite_head", 1, samples, section)  # no target set for it: nothing recorded
+    assert len(section.targets) == 1
