@@ -26,7 +26,7 @@ from test_models.quantization import (
     quantized_engine,
     seeded_batches,
 )
-from test_models.ssdlite_head import _per_anchor, class_aware_nms, decode_boxes
+from test_models.ssdlite_head import _per_anchor, grid_anchors, select_detections
 from test_models.torchvision_ops import ensure_torchvision_ops
 
 ensure_torchvision_ops()
@@ -152,28 +152,13 @@ class QuantizedDetectionHead(nn.Module):
         return [t8, t16, t32]
 
     def anchors(self, height: int, width: int, side: float) -> Tensor:
-        """[H * W * A, 4] anchors (cx, cy, w, h) in (location, anchor) order."""
-        ys = (torch.arange(height, dtype=torch.float32) + 0.5) * (self.image_size / height)
-        xs = (torch.arange(width, dtype=torch.float32) + 0.5) * (self.image_size / width)
-        num_anchors = len(self.aspect_ratios)
-        centre_y = ys[:, None, None].expand(height, width, num_anchors)
-        centre_x = xs[None, :, None].expand(height, width, num_anchors)
-        ratios = torch.tensor(self.aspect_ratios)
-        anchor_w = (side * torch.sqrt(ratios)).expand(height, width, num_anchors)
-        anchor_h = (side / torch.sqrt(ratios)).expand(height, width, num_anchors)
-        return torch.stack([centre_x, centre_y, anchor_w, anchor_h], dim=-1).reshape(-1, 4)
+        return grid_anchors(height, width, side, self.aspect_ratios, self.image_size)
 
     def postprocess(self, logits: Tensor, deltas: Tensor, anchors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One image: threshold, top-k over (anchor, class) pairs, decode, class-aware NMS."""
-        scores = torch.sigmoid(logits).flatten()
-        candidates = torch.nonzero(scores > self.score_threshold).flatten()
-        top_scores, order = scores[candidates].topk(min(self.top_k, candidates.numel()))
-        chosen = candidates[order]
-        anchor_index = torch.div(chosen, self.num_classes, rounding_mode="floor")
-        labels = chosen % self.num_classes
-        boxes = decode_boxes(deltas[anchor_index], anchors[anchor_index], self.box_weights, self.image_size)
-        keep = class_aware_nms(boxes, top_scores, labels, self.nms_iou_threshold)[: self.max_detections]
-        return boxes[keep], top_scores[keep], labels[keep]
+        return select_detections(
+            logits, deltas, anchors, self.score_threshold, self.top_k, self.num_classes, self.box_weights,
+            self.image_size, self.nms_iou_threshold, self.max_detections,
+        )
 
     def fuse(self) -> None:
         for m in list(self.modules()):  # fusing replaces children: walk a snapshot

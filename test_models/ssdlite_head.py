@@ -68,14 +68,20 @@ class LevelHead(nn.Module):
         return logits, deltas, self.anchors(feature.shape[2], feature.shape[3])
 
     def anchors(self, height: int, width: int) -> Tensor:
-        ys = (torch.arange(height, dtype=torch.float32) + 0.5) * (self.image_size / height)
-        xs = (torch.arange(width, dtype=torch.float32) + 0.5) * (self.image_size / width)
-        centre_y = ys[:, None, None].expand(height, width, self.num_anchors)
-        centre_x = xs[None, :, None].expand(height, width, self.num_anchors)
-        ratios = torch.tensor(self.aspect_ratios)
-        anchor_w = (self.anchor_side * torch.sqrt(ratios)).expand(height, width, self.num_anchors)
-        anchor_h = (self.anchor_side / torch.sqrt(ratios)).expand(height, width, self.num_anchors)
-        return torch.stack([centre_x, centre_y, anchor_w, anchor_h], dim=-1).reshape(-1, 4)
+        return grid_anchors(height, width, self.anchor_side, self.aspect_ratios, self.image_size)
+
+
+def grid_anchors(height: int, width: int, side: float, aspect_ratios: list[float], image_size: int) -> Tensor:
+    """[H * W * A, 4] anchors (cx, cy, w, h) in (location, anchor) order, A = one per aspect ratio."""
+    ys = (torch.arange(height, dtype=torch.float32) + 0.5) * (image_size / height)
+    xs = (torch.arange(width, dtype=torch.float32) + 0.5) * (image_size / width)
+    num_anchors = len(aspect_ratios)
+    centre_y = ys[:, None, None].expand(height, width, num_anchors)
+    centre_x = xs[None, :, None].expand(height, width, num_anchors)
+    ratios = torch.tensor(aspect_ratios)
+    anchor_w = (side * torch.sqrt(ratios)).expand(height, width, num_anchors)
+    anchor_h = (side / torch.sqrt(ratios)).expand(height, width, num_anchors)
+    return torch.stack([centre_x, centre_y, anchor_w, anchor_h], dim=-1).reshape(-1, 4)
 
 
 def _per_anchor(prediction: Tensor, num_anchors: int) -> Tensor:
@@ -166,16 +172,34 @@ class SSDLiteHead(nn.Module):
         return torch.cat(boxes), torch.cat(scores), torch.cat(labels), torch.cat(image_index)
 
     def postprocess(self, logits: Tensor, deltas: Tensor, anchors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One image: threshold, top-k over (anchor, class) pairs, decode, class-aware NMS."""
-        scores = torch.sigmoid(logits).flatten()
-        candidates = torch.nonzero(scores > self.score_threshold).flatten()
-        top_scores, order = scores[candidates].topk(min(self.top_k, candidates.numel()))
-        chosen = candidates[order]
-        anchor_index = torch.div(chosen, self.num_classes, rounding_mode="floor")
-        labels = chosen % self.num_classes
-        boxes = decode_boxes(deltas[anchor_index], anchors[anchor_index], self.box_weights, self.image_size)
-        keep = class_aware_nms(boxes, top_scores, labels, self.nms_iou_threshold)[: self.max_detections]
-        return boxes[keep], top_scores[keep], labels[keep]
+        return select_detections(
+            logits, deltas, anchors, self.score_threshold, self.top_k, self.num_classes, self.box_weights,
+            self.image_size, self.nms_iou_threshold, self.max_detections,
+        )
+
+
+def select_detections(
+    logits: Tensor,
+    deltas: Tensor,
+    anchors: Tensor,
+    score_threshold: float,
+    top_k: int,
+    num_classes: int,
+    box_weights: list[float],
+    image_size: int,
+    nms_iou_threshold: float,
+    max_detections: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One image: threshold, top-k over (anchor, class) pairs, decode, class-aware NMS."""
+    scores = torch.sigmoid(logits).flatten()
+    candidates = torch.nonzero(scores > score_threshold).flatten()
+    top_scores, order = scores[candidates].topk(min(top_k, candidates.numel()))
+    chosen = candidates[order]
+    anchor_index = torch.div(chosen, num_classes, rounding_mode="floor")
+    labels = chosen % num_classes
+    boxes = decode_boxes(deltas[anchor_index], anchors[anchor_index], box_weights, image_size)
+    keep = class_aware_nms(boxes, top_scores, labels, nms_iou_threshold)[:max_detections]
+    return boxes[keep], top_scores[keep], labels[keep]
 
 
 def build() -> nn.Module:

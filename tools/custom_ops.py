@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from torchgen import local
 from torchgen.api import cpp
 from torchgen.model import FunctionSchema
 
+from tools.declared_ops import load_entries
 from tools.native_ops import KernelChoice, KernelParameter
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -73,8 +73,5 @@ def parse_custom_op(entry: object, source: str) -> CustomOp:
 
 def load_custom_ops(path: Path = DEFAULT_CUSTOM_OPS_YAML) -> dict[str, CustomOp]:
     """Custom operators by qualified name (torchvision::nms)."""
-    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    if not isinstance(entries, list):
-        raise CustomOpsError(f"{path}: expected a list of operators")
-    ops = [parse_custom_op(entry, str(path)) for entry in entries]
+    ops = [parse_custom_op(entry, str(path)) for entry in load_entries(path, CustomOpsError)]
     return {op.name: op for op in ops}

@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from torchgen import local
 from torchgen.api import cpp
 from torchgen.model import FunctionSchema
 
 from tools.cpp_types import UnsupportedType, custom_class_cpp_type
+from tools.declared_ops import load_entries
 from tools.native_ops import KernelChoice, KernelParameter
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -137,8 +137,5 @@ def parse_quantized_op(entry: object, source: str) -> QuantizedOp:
 
 def load_quantized_ops(path: Path = DEFAULT_QUANTIZED_OPS_YAML) -> dict[str, QuantizedOp]:
     """Declared operators by qualified name (quantized::conv2d.new)."""
-    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    if not isinstance(entries, list):
-        raise QuantizedOpsError(f"{path}: expected a list of operators")
-    ops = [parse_quantized_op(entry, str(path)) for entry in entries]
+    ops = [parse_quantized_op(entry, str(path)) for entry in load_entries(path, QuantizedOpsError)]
     return {op.name: op for op in ops}
