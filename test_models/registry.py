@@ -68,6 +68,11 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("typed_arguments", typed_arguments.build, typed_arguments.example_inputs),
         # Detection: torchvision's ops (custom_ops.yaml) with the post-processing around them.
         ModelSpec("ssdlite_head", ssdlite_head.build, ssdlite_head.example_inputs),
+        # The same head's convolutional part alone, and a larger head (MobileNetV2's 96 and 1280 channels, 91
+        # classes) with and without its post-processing: the latency benchmark's detection models.
+        ModelSpec("ssdlite_head_convs", ssdlite_head.build_convs, ssdlite_head.example_inputs),
+        ModelSpec("ssdlite_large_head", ssdlite_head.build_large, ssdlite_head.example_inputs_large),
+        ModelSpec("ssdlite_large_head_convs", ssdlite_head.build_large_convs, ssdlite_head.example_inputs_large),
         ModelSpec("roi_head", roi_head.build, roi_head.example_inputs),
         ModelSpec("detection_ops", detection_ops.build, detection_ops.example_inputs),
         # Quantized (torch.ao.quantization's eager-mode workflow), under the wheel's default engine, x86.

@@ -1,4 +1,4 @@
-"""An SSDlite detection head (Sandler et al., 2018; torchvision's ssdlite320) on three given feature maps.
+"""SSDlite detection heads (Sandler et al., 2018; torchvision's ssdlite320) on given feature maps.
 
 Per level, depthwise-separable heads (3x3 depthwise conv + batch norm + ReLU6, then a 1x1 conv) predict
 class logits and box deltas for three anchors per location. The forward pass then does what torchvision's
@@ -6,12 +6,21 @@ SSD postprocessing does: generates the anchors from the feature sizes, decodes t
 with a sigmoid, drops scores under a threshold, keeps the top k, and runs class-aware NMS with one
 `torchvision::nms` call by shifting each class's boxes so that different classes never overlap.
 
-Inputs are the feature maps of one 320x320 image at strides 16, 32 and 64; weights are random from a fixed
-seed. Outputs, per detection: boxes (x1, y1, x2, y2), scores, labels and the image index.
+Two configurations, each as the whole head and as its convolutional part alone (the same seeded weights,
+returning the raw prediction maps, classifier then regressor per level: what ONNX Runtime and ExecuTorch are
+timed against without post-processing):
+- SMALL (`ssdlite_head`, `ssdlite_head_convs`): the feature maps of one 320x320 image at strides 16, 32 and
+  64, 32 to 64 channels, 6 classes.
+- LARGE (`ssdlite_large_head`, `ssdlite_large_head_convs`): MobileNetV2's own feature maps of a 320x320 image
+  as SSDlite reads them, 96 channels at 20x20 (stride 16) and 1280 at 10x10 (stride 32), COCO's 91 classes.
+
+Weights are random from a fixed seed. Outputs of a whole head, per detection: boxes (x1, y1, x2, y2), scores,
+labels and the image index.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -20,21 +29,36 @@ from test_models.torchvision_ops import ensure_torchvision_ops
 
 ensure_torchvision_ops()
 
-# Seed and thresholds chosen so that every decision has a margin far above float error (candidate scores
-# >= 6e-4 from the threshold and 1.8e-4 apart, same-class IoUs >= 2e-3 from the NMS threshold): the
-# detections are then the same in eager, frozen and C++ runs, not just close.
-SEED = 5
 IMAGE_SIZE = 320
-NUM_CLASSES = 6
-LEVEL_CHANNELS = (32, 48, 64)
-LEVEL_SIZES = (20, 10, 5)  # IMAGE_SIZE / (16, 32, 64)
-ANCHOR_SCALES = (0.2, 0.45, 0.7)  # anchor side as a fraction of the image, per level
 ASPECT_RATIOS = (1.0, 2.0, 0.5)
 BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # torchvision's SSD box coder
-SCORE_THRESHOLD = 0.6
 TOP_K = 200
 NMS_IOU_THRESHOLD = 0.5
-MAX_DETECTIONS = 50
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """One head: its levels, classes and seed, and the post-processing's thresholds."""
+
+    seed: int
+    level_channels: tuple[int, ...]
+    level_sizes: tuple[int, ...]  # IMAGE_SIZE / stride, per level
+    anchor_scales: tuple[float, ...]  # anchor side as a fraction of the image, per level
+    num_classes: int
+    score_threshold: float
+    max_detections: int
+
+
+# Seeds and thresholds chosen so that every decision has a margin far above float error: the detections are
+# then the same in eager, frozen and C++ runs, not just close.
+# SMALL: candidate scores >= 6e-4 from the threshold and 1.8e-4 apart, same-class IoUs >= 2e-3 from the NMS
+# threshold.
+SMALL = HeadConfig(seed=5, level_channels=(32, 48, 64), level_sizes=(20, 10, 5), anchor_scales=(0.2, 0.45, 0.7),
+                   num_classes=6, score_threshold=0.6, max_detections=50)
+# LARGE: 52 candidates (scores >= 1.2e-3 from the threshold and 5.4e-5 apart), 48 detections (same-class IoUs
+# >= 1.5e-2 from the NMS threshold).
+LARGE = HeadConfig(seed=7, level_channels=(96, 1280), level_sizes=(20, 10), anchor_scales=(0.2, 0.45),
+                   num_classes=91, score_threshold=0.9076, max_detections=100)
 
 
 class SeparableHead(nn.Sequential):
@@ -52,13 +76,13 @@ class SeparableHead(nn.Sequential):
 class LevelHead(nn.Module):
     """Predictions and anchors of one feature level, all in (location, anchor) order."""
 
-    def __init__(self, in_ch: int, anchor_size: float) -> None:
+    def __init__(self, in_ch: int, anchor_size: float, num_classes: int) -> None:
         super().__init__()
         self.num_anchors = len(ASPECT_RATIOS)
         self.anchor_side = anchor_size * IMAGE_SIZE
         self.image_size = IMAGE_SIZE
         self.aspect_ratios = list(ASPECT_RATIOS)
-        self.classifier = SeparableHead(in_ch, self.num_anchors * NUM_CLASSES)
+        self.classifier = SeparableHead(in_ch, self.num_anchors * num_classes)
         self.regressor = SeparableHead(in_ch, self.num_anchors * 4)
 
     def forward(self, feature: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -117,19 +141,22 @@ def class_aware_nms(boxes: Tensor, scores: Tensor, labels: Tensor, iou_threshold
 
 
 class SSDLiteHead(nn.Module):
-    def __init__(self) -> None:
+    """A head on its config's feature maps (forward: the three of SMALL); the subclasses below differ only in
+    forward's arguments (the number of levels) and in what they return."""
+
+    def __init__(self, config: HeadConfig = SMALL) -> None:
         super().__init__()
         self.levels = nn.ModuleList(
-            [LevelHead(ch, scale) for ch, scale in zip(LEVEL_CHANNELS, ANCHOR_SCALES)]
+            [LevelHead(ch, scale, config.num_classes) for ch, scale in zip(config.level_channels, config.anchor_scales)]
         )
         # Plain attributes rather than module globals: TorchScript cannot read globals from methods.
         self.image_size = IMAGE_SIZE
-        self.num_classes = NUM_CLASSES
+        self.num_classes = config.num_classes
         self.box_weights = list(BOX_WEIGHTS)
-        self.score_threshold = SCORE_THRESHOLD
+        self.score_threshold = config.score_threshold
         self.top_k = TOP_K
         self.nms_iou_threshold = NMS_IOU_THRESHOLD
-        self.max_detections = MAX_DETECTIONS
+        self.max_detections = config.max_detections
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -146,7 +173,18 @@ class SSDLiteHead(nn.Module):
                 nn.init.uniform_(m.running_var, 0.5, 1.5)
 
     def forward(self, p16: Tensor, p32: Tensor, p64: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        features = [p16, p32, p64]
+        return self.detect([p16, p32, p64])
+
+    def head_maps(self, features: list[Tensor]) -> list[Tensor]:
+        """The convolutional part alone: per level the classifier's [B, A * classes, H, W] and the
+        regressor's [B, A * 4, H, W] maps, as the convs compute them."""
+        maps: list[Tensor] = []
+        for i, level in enumerate(self.levels):
+            maps.append(level.classifier(features[i]))
+            maps.append(level.regressor(features[i]))
+        return maps
+
+    def detect(self, features: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         all_logits: list[Tensor] = []
         all_deltas: list[Tensor] = []
         all_anchors: list[Tensor] = []
@@ -202,14 +240,53 @@ def select_detections(
     return boxes[keep], top_scores[keep], labels[keep]
 
 
+class SSDLiteHeadConvs(SSDLiteHead):
+    def forward(self, p16: Tensor, p32: Tensor, p64: Tensor) -> list[Tensor]:
+        return self.head_maps([p16, p32, p64])
+
+
+class LargeSSDLiteHead(SSDLiteHead):
+    def forward(self, p16: Tensor, p32: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.detect([p16, p32])
+
+
+class LargeSSDLiteHeadConvs(SSDLiteHead):
+    def forward(self, p16: Tensor, p32: Tensor) -> list[Tensor]:
+        return self.head_maps([p16, p32])
+
+
+def _build(head: type[SSDLiteHead], config: HeadConfig) -> nn.Module:
+    torch.manual_seed(config.seed)
+    return head(config).eval()
+
+
+def _example_inputs(config: HeadConfig) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    return tuple(
+        torch.randn(1, channels, size, size, generator=generator)
+        for channels, size in zip(config.level_channels, config.level_sizes)
+    )
+
+
 def build() -> nn.Module:
-    torch.manual_seed(SEED)
-    return SSDLiteHead().eval()
+    return _build(SSDLiteHead, SMALL)
+
+
+def build_convs() -> nn.Module:
+    return _build(SSDLiteHeadConvs, SMALL)
+
+
+def build_large() -> nn.Module:
+    return _build(LargeSSDLiteHead, LARGE)
+
+
+def build_large_convs() -> nn.Module:
+    return _build(LargeSSDLiteHeadConvs, LARGE)
 
 
 def example_inputs() -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(SEED + 1)
-    return tuple(
-        torch.randn(1, channels, size, size, generator=generator)
-        for channels, size in zip(LEVEL_CHANNELS, LEVEL_SIZES)
-    )
+    return _example_inputs(SMALL)
+
+
+def example_inputs_large() -> tuple[torch.Tensor, ...]:
+    return _example_inputs(LARGE)

@@ -8,7 +8,6 @@ detection test models must script, freeze and run in the lite interpreter with e
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import io
 import subprocess
@@ -21,6 +20,7 @@ import torch
 import torch.jit.mobile
 from torch import Tensor
 
+from test_models import get_model
 from test_models import torchvision_ops as tv
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -533,13 +533,13 @@ def test_registered_ops_are_callable_from_torchscript():
 # ---------------------------------------------------------------------------- the detection test models
 
 
-DETECTION_MODELS = ("ssdlite_head", "roi_head", "detection_ops")
+DETECTION_MODELS = ("ssdlite_head", "ssdlite_large_head", "roi_head", "detection_ops")
 
 
 @pytest.mark.parametrize("name", DETECTION_MODELS)
 def test_detection_model_scripted_frozen_and_lite_match_eager(name):
-    module = importlib.import_module(f"test_models.{name}")
-    model, inputs = module.build(), module.example_inputs()
+    spec = get_model(name)
+    model, inputs = spec.build(), spec.example_inputs()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eager = model(*inputs)
