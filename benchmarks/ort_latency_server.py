@@ -1,5 +1,5 @@
 """ONNX Runtime's side of the interleaved latency benchmark, run with the peers' python (benchmarks/peers_env.py).
-Same protocol as bench_latency_server (latency_server.cpp):
+The protocol of benchmarks/latency_protocol.py:
 
     load KEY onnxruntime MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"  (session creation; the registered model MODEL
                                                                  is exported with torch.onnx first, untimed)
@@ -7,15 +7,15 @@ Same protocol as bench_latency_server (latency_server.cpp):
     quit
 
 The export is torch.onnx's TorchScript-based exporter (opset 17) on the eager model the .ptl was made from,
-so ORT runs the same weights on the same inputs; `--onnx-dir` keeps the .onnx files.
+so ORT runs the same weights on the same inputs, kept in `--onnx-dir` by the .ptl's hash. `torchvision::nms`
+is exported as ONNX NonMaxSuppression (this benchmark's own symbolic, `nms_symbolic`). The exporter traces:
+sizes that depend on values (how many boxes pass the score threshold) are fixed by the example inputs, which
+are the inputs every run uses. The first run's outputs are checked against MODEL.expected.pt.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-from collections.abc import Iterator
 import time
 import warnings
 from pathlib import Path
@@ -26,80 +26,71 @@ if str(REPO_ROOT) not in sys.path:
 
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
+from torch.onnx import register_custom_op_symbolic, symbolic_helper  # noqa: E402
 
-from test_models import get_model  # noqa: E402
+from benchmarks.eager_exports import eager_module, example_tensors, peer_export  # noqa: E402
+from benchmarks.latency_protocol import Loaded, output_discarded, serve  # noqa: E402
+
+OPSET = 17
+MODE = "onnxruntime"
+DEFAULT_ONNX_DIR = REPO_ROOT / "build" / "bench" / "onnx"
+# Changing how models are exported (this file's symbolics, the opset) must change this, so cached files go stale.
+EXPORT_VERSION = f"onnx-export-2 opset {OPSET} torch {torch.__version__} onnxruntime {onnxruntime.__version__}"
 
 
-def export(name: str, onnx_dir: Path) -> tuple[Path, list[torch.Tensor]]:
-    spec = get_model(name)
-    if spec.qengine is not None:
-        torch.backends.quantized.engine = spec.qengine
-    model, inputs = spec.build(), [t for t in spec.example_inputs() if isinstance(t, torch.Tensor)]
-    path = onnx_dir / f"{name}.onnx"
-    with warnings.catch_warnings(), exporter_output_discarded():
+@symbolic_helper.parse_args("v", "v", "f")
+def nms_symbolic(g, boxes, scores, iou_threshold: float):  # type: ignore[no-untyped-def]
+    """torchvision::nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor as ONNX NonMaxSuppression.
+
+    NonMaxSuppression takes boxes [batches, N, 4] and scores [batches, classes, N] and returns one row
+    (batch, class, box) per kept box, in the order it keeps them: by descending score, as nms returns its
+    indices. One batch and one class here, no score threshold and no cap on the count (torchvision's
+    semantics), so the box column is nms's int64 result. Its corner order is [y1, x1, y2, x2]; IoU is the same
+    with x and y swapped, so (x1, y1, x2, y2) boxes go in as they are."""
+    axis0 = g.op("Constant", value_t=torch.tensor([0], dtype=torch.int64))
+    batched_boxes = g.op("Unsqueeze", boxes, axis0)
+    batched_scores = g.op("Unsqueeze", g.op("Unsqueeze", scores, axis0), axis0)
+    no_cap = g.op("Constant", value_t=torch.tensor([sys.maxsize], dtype=torch.int64))
+    threshold = g.op("Constant", value_t=torch.tensor([iou_threshold], dtype=torch.float32))
+    selected = g.op("NonMaxSuppression", batched_boxes, batched_scores, no_cap, threshold)
+    box_column = g.op("Gather", selected, g.op("Constant", value_t=torch.tensor([2], dtype=torch.int64)), axis_i=1)
+    return g.op("Squeeze", box_column, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
+
+
+def export_onnx(model_path: Path, path: Path) -> None:
+    register_custom_op_symbolic("torchvision::nms", nms_symbolic, 13)  # Unsqueeze and Squeeze take axes as inputs from 13
+    model, inputs = eager_module(model_path), example_tensors(model_path)
+    with warnings.catch_warnings(), output_discarded():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, tuple(inputs), str(path), dynamo=False, opset_version=17)
-    return path, inputs
+        torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=OPSET)
 
 
-@contextlib.contextmanager
-def exporter_output_discarded() -> Iterator[None]:
-    """When it fails, the exporter prints the whole graph (hundreds of kB) on stdout, which is this server's
-    protocol; and stderr is a pipe the benchmark reads only when the server dies, so a full one would block
-    the server. The exception's message is what the benchmark reports."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 1)
-        try:
-            with contextlib.redirect_stdout(devnull), contextlib.redirect_stderr(devnull):
-                yield
-        finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
-def serve(lines: object, threads: int, onnx_dir: Path) -> None:
-    sessions: dict[str, tuple[onnxruntime.InferenceSession, dict]] = {}
-    for line in lines:  # type: ignore[attr-defined]
-        words = line.split()
-        if not words or words[0] == "quit":
-            break
-        try:
-            if words[0] == "load" and len(words) == 5 and words[2] == "onnxruntime":
-                path, _ = export(Path(words[3]).stem, onnx_dir)
-                inputs = [t for t in torch.load(words[4]) if isinstance(t, torch.Tensor)]
-                options = onnxruntime.SessionOptions()
-                if threads > 0:
-                    options.intra_op_num_threads = threads
-                options.inter_op_num_threads = 1
-                start = time.perf_counter()
-                session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                reply = (time.perf_counter() - start) * 1e3
-                feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
-                sessions[words[1]] = (session, feeds)
-            elif words[0] == "run" and len(words) == 2:
-                session, feeds = sessions[words[1]]
-                start = time.perf_counter()
-                session.run(None, feeds)
-                reply = (time.perf_counter() - start) * 1e3
-            else:
-                raise ValueError(f"bad command {line.strip()!r} (load KEY onnxruntime MODEL.ptl INPUTS.pt, run KEY, quit)")
-            print(f"ok {reply:.6f}", flush=True)
-        except Exception as error:  # reported to the client, which records the mode as failed
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            print(f"error {type(error).__name__}: {first[:300]}", flush=True)
+def load(mode: str, model_path: Path, inputs_path: Path, threads: int, onnx_dir: Path) -> Loaded:
+    if mode != MODE:
+        raise ValueError(f"unknown mode {mode!r} ({MODE})")
+    export = peer_export(model_path, inputs_path, onnx_dir, EXPORT_VERSION, ".onnx",
+                         lambda out: export_onnx(model_path, out))
+    options = onnxruntime.SessionOptions()
+    if threads > 0:
+        options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    start = time.perf_counter()
+    session = onnxruntime.InferenceSession(str(export.path), options, providers=["CPUExecutionProvider"])
+    load_ms = (time.perf_counter() - start) * 1e3
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), export.inputs)}
+    return Loaded(load_ms, lambda: session.run(None, feeds),
+                  check=lambda outputs: export.check([torch.from_numpy(o) for o in outputs]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ort_latency_server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=0, help="ORT's intra-op threads (default: its choice)")
-    parser.add_argument("--onnx-dir", type=Path, default=REPO_ROOT / "build" / "bench" / "onnx")
+    parser.add_argument("--onnx-dir", type=Path, default=DEFAULT_ONNX_DIR,
+                        help="where the exported models are kept (default: %(default)s)")
     args = parser.parse_args()
-    args.onnx_dir.mkdir(parents=True, exist_ok=True)
-    serve(sys.stdin, args.threads, args.onnx_dir)
+    serve(sys.stdin, lambda mode, model, inputs: load(mode, model, inputs, args.threads, args.onnx_dir),
+          f"load KEY {MODE} MODEL.ptl INPUTS.pt, run KEY, quit")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,17 @@ def latency_models(section: Section) -> list[str]:
     return models
 
 
+MODE_LABELS = {"static": "static", "dynamic": "dynamic", "python_eager": "Python eager", "python_lite": "Python lite",
+               "onnxruntime": "ONNX Runtime", "executorch": "ExecuTorch"}
+# Per-round ratios the latency table shows: (numerator, denominator).
+LATENCY_RATIOS = (("static", "dynamic"), ("static", "onnxruntime"), ("executorch", "onnxruntime"))
+
+
+def _ratio_cell(section: Section, name: str) -> str:
+    ratio = _value(section, name, "{:.3f}")
+    return f"{ratio} ({section.get(name + '_ci95')})" if section.has(name + "_ci95") else ratio
+
+
 def latency_table(section: Section, statistic: str = "median_ms") -> list[str]:
     rows = []
     for model in latency_models(section):
@@ -100,15 +111,11 @@ def latency_table(section: Section, statistic: str = "median_ms") -> list[str]:
                 continue
             row = [f"`{model}`", str(threads)] + [_value(section, f"{p}/{m}/{statistic}", "{:.2f}") for m in LATENCY_MODES]
             if statistic == "median_ms":
-                for other in ("dynamic", "onnxruntime"):
-                    ratio = _value(section, f"{p}/static_to_{other}", "{:.3f}")
-                    ci = f"{p}/static_to_{other}_ci95"
-                    row.append(f"{ratio} ({section.get(ci)})" if section.has(ci) else ratio)
+                row += [_ratio_cell(section, f"{p}/{a}_to_{b}") for a, b in LATENCY_RATIOS]
             rows.append(row)
-    header = ["model", "threads", "static (ms)", "dynamic (ms)", "Python eager (ms)", "Python lite (ms)",
-              "ONNX Runtime (ms)"]
+    header = ["model", "threads", *(f"{MODE_LABELS[m]} (ms)" for m in LATENCY_MODES)]
     if statistic == "median_ms":
-        header += ["static / dynamic, per round (95% interval)", "static / ONNX Runtime, per round (95% interval)"]
+        header += [f"{MODE_LABELS[a]} / {MODE_LABELS[b]}, per round (95% interval)" for a, b in LATENCY_RATIOS]
     return _table(header, rows)
 
 
@@ -118,11 +125,13 @@ def cold_table(section: Section) -> list[str]:
         for mode in LATENCY_MODES:
             p = f"latency/{model}/cold/{mode}"
             if section.has(f"{p}/load_ms"):
-                rows.append([f"`{model}`", mode, _value(section, f"{p}/load_ms", "{:.1f}"),
+                to_ort = f"latency/{model}/cold/{mode}_to_onnxruntime_load_plus_first"
+                rows.append([f"`{model}`", MODE_LABELS[mode], _value(section, f"{p}/load_ms", "{:.1f}"),
                              _value(section, f"{p}/first_inference_ms", "{:.1f}"),
+                             _value(section, f"{p}/load_plus_first_ms", "{:.1f}"), _value(section, to_ort, "{:.2f}"),
                              _value(section, f"latency/{model}/threads_1/{mode}/load_ms", "{:.1f}")])
     return _table(["model", "mode", "load, fresh process (ms)", "first inference, fresh process (ms)",
-                   "load, warm process (ms)"], rows)
+                   "load + first (ms)", "load + first / ONNX Runtime's", "load, warm process (ms)"], rows)
 
 
 def size_table(section: Section) -> list[str]:
@@ -200,10 +209,12 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
         "",
         "## 2. End-to-end latency (median of interleaved runs after warm-up)",
         "",
-        "Each round runs all four once, in a fresh random order (static and dynamic adjacent); the ratio is the",
-        "median over rounds of static / dynamic in the same round, with a bootstrap 95% interval. The detection",
+        "Each round runs every mode once, in a fresh random order (static and dynamic adjacent); a ratio is the",
+        "median over rounds of the two modes' times in the same round, with a bootstrap 95% interval. The detection",
         "heads' `torchvision::` ops run in Python as plain-torch reference implementations (no torchvision beside",
-        "this wheel): their Python columns are not torchvision's speed.",
+        "this wheel): their Python columns are not torchvision's speed. The peers (ONNX Runtime, ExecuTorch +",
+        "XNNPACK) run files exported from the same eager model, checked against its outputs on their first run; a",
+        "model a peer's exporter cannot express is listed under Skipped with the reason.",
         "",
         *latency_table(latency),
         "",
@@ -213,8 +224,9 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
         *latency_table(latency, "warm_burst_median_ms"),
         "",
         "Load and first inference, each in a fresh process (1 thread; `lite_predictor --json` for static and dynamic,",
-        "whose load includes its archive checks), and the load again in the warm benchmark process (LibTorch's loader",
-        "plus, for static, binding):",
+        "whose load includes its archive checks; ONNX Runtime's load is session creation, ExecuTorch's loading the",
+        "program and its method), and the load again in the warm benchmark process (LibTorch's loader plus, for",
+        "static, binding):",
         "",
         *cold_table(latency),
         "",
@@ -314,15 +326,17 @@ def matplotlib_line(label: str):
 def _plot_latency(ax, section: Section) -> None:
     groups = [(m, t) for m in latency_models(section) for t in (1, 2)
               if section.has(f"latency/{m}/threads_{t}/dynamic/median_ms")]
-    colors = {"static": STATIC, "python_eager": GREY, "python_lite": BLUE, "onnxruntime": "#e69f00"}
-    width = 0.2
+    colors = {"static": STATIC, "python_eager": GREY, "python_lite": BLUE, "onnxruntime": "#e69f00",
+              "executorch": "#9c36b5"}
+    width = 0.8 / len(colors)
     for i, mode in enumerate(colors):
         values = []
         for m, t in groups:
             p = f"latency/{m}/threads_{t}"
             values.append(section.get(f"{p}/{mode}/median_ms") / section.get(f"{p}/dynamic/median_ms")
                           if section.has(f"{p}/{mode}/median_ms") else 0)
-        ax.bar([g + (i - 1.5) * width for g in range(len(groups))], values, width, label=mode, color=colors[mode])
+        offset = (i - (len(colors) - 1) / 2) * width
+        ax.bar([g + offset for g in range(len(groups))], values, width, label=MODE_LABELS[mode], color=colors[mode])
     ax.axhline(1.0, color=DYNAMIC, linewidth=1, label="dynamic (= 1)")
     ax.axhline(1.03, color="black", linestyle="dashed", linewidth=1, label="target for static: 1.03")
     labels = [f"{m} ({t}t)\n{section.get(f'latency/{m}/threads_{t}/dynamic/median_ms'):.1f} ms" for m, t in groups]

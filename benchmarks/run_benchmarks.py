@@ -7,8 +7,9 @@
 1. per-op:  instructions per op call (callgrind) on the micro models, static vs dynamic vs the kernel floor
    backend-cost: what choosing QuantizedCPU per call costs a float op: generated functions' instructions per
             call in this build (CPU;QuantizedCPU) against a CPU-only build of the micro models (build_cpu_only/)
-2. latency: end-to-end medians, static vs dynamic vs Python eager vs Python lite vs ONNX Runtime (in its own
-            environment, build/peers_venv), interleaved, 1 and 2 threads; load and first inference
+2. latency: end-to-end medians, static vs dynamic vs Python eager vs Python lite vs the peers, ONNX Runtime and
+            ExecuTorch + XNNPACK (in their own environment, build/peers_venv), interleaved, 1 and 2 threads;
+            load and first inference
 3. size:    object bytes and build time of the generated code, default selection vs --all-ops, and the
             predictor binary
 
@@ -51,7 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cross-check", action="store_true",
                         help="also measure micro_add_loop on lite_predictor itself under callgrind (~2 minutes)")
     parser.add_argument("--no-peers", action="store_true",
-                        help="latency: skip ONNX Runtime (otherwise installed into build/peers_venv, apart from .venv)")
+                        help="latency: skip the peers, ONNX Runtime and ExecuTorch (otherwise installed into "
+                             "build/peers_venv, apart from .venv)")
+    parser.add_argument("--models", default=None,
+                        help="latency: comma-separated models (default: benchmarks/latency.py's LATENCY_MODELS)")
     parser.add_argument("--threads", default="1,2", help="latency: intra-op thread counts (default: %(default)s)")
     parser.add_argument("--runs", type=int, default=61, help="latency: timed interleaved rounds (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=5, help="latency: untimed rounds first (default: %(default)s)")
@@ -89,11 +93,13 @@ def run_latency(args: argparse.Namespace, out: Path) -> Section:
         "--threads", args.threads, "--runs", str(args.runs), "--warmup", str(args.warmup),
         "--cold-reps", str(args.cold_reps),
     ]  # fmt: skip
+    if args.models:
+        command += ["--models", args.models]
     if not args.no_peers:
         try:
             command += ["--peers-python", str(peers_env.ensure_peers_python())]
         except peers_env.PeersEnvError as error:
-            print(f"  peers: no ONNX Runtime this run: {error}", file=sys.stderr)
+            print(f"  peers: no ONNX Runtime or ExecuTorch this run: {error}", file=sys.stderr)
     subprocess.run(command, check=True, cwd=REPO_ROOT, env=env)
     return from_json(json.loads(result.read_text()))
 

@@ -144,5 +144,241 @@ def test_a_model_onnxruntime_cannot_run_has_no_ratio_and_says_why() -> None:
     assert not section.has("latency/mobilenet_v2/threads_2/static_to_onnxruntime")
     (target,) = section.targets
     assert target.met is None and "torchvision::nms" in target.detail
-    record_ratio_to_ort("ssdlite_head", 1, samples, section)  # no target set for it: nothing recorded
+    record_ratio_to_ort("roi_head", 1, samples, section)  # no target set for it: nothing recorded
     assert len(section.targets) == 1
+
+
+# ------------------------------------------------------------------------------------------- the peers
+
+
+def test_issue_targets_against_onnxruntime_are_set_for_every_bench_model_it_names() -> None:
+    from benchmarks.latency import COLD_START_TARGETS, LATENCY_MODELS, ORT_TARGETS
+
+    assert ORT_TARGETS[("mobilenet_v2", 1)] == 1.0 and ORT_TARGETS[("mobilenet_v2", 2)] == 1.1
+    for threads in (1, 2):
+        assert ORT_TARGETS[("ssdlite_head_convs", threads)] == 1.5
+        assert ORT_TARGETS[("ssdlite_head", threads)] == 2.0
+        assert ORT_TARGETS[("ssdlite_large_head_convs", threads)] == 1.2
+        assert ORT_TARGETS[("ssdlite_large_head", threads)] == 1.2
+    assert COLD_START_TARGETS == {"mobilenet_v2": 1.5}
+    assert {model for model, _ in ORT_TARGETS} <= set(LATENCY_MODELS)
+
+
+def test_executorch_gets_a_ratio_to_onnxruntime_but_no_target() -> None:
+    from benchmarks.latency import Samples, record_ratio_to_ort
+
+    samples = Samples(rounds=[{"static": 2.0, "executorch": 1.5, "onnxruntime": 1.0},
+                              {"static": 2.2, "executorch": 1.4, "onnxruntime": 1.0},
+                              {"static": 2.4, "onnxruntime": 1.0}])  # a round without ExecuTorch
+    section = Section()
+    record_ratio_to_ort("mobilenet_v2", 1, samples, section)
+    assert section.get("latency/mobilenet_v2/threads_1/static_to_onnxruntime") == 2.2
+    assert section.get("latency/mobilenet_v2/threads_1/executorch_to_onnxruntime") == 1.45
+    assert [t.name.split(":")[1].split("(")[0].strip() for t in section.targets] == ["static <= 1.0 x ONNX Runtime"]
+
+
+def _cold(section: Section, model: str, mode: str, load: float, first: float) -> None:
+    section.add(f"latency/{model}/cold/{mode}/load_ms", load, "ms")
+    section.add(f"latency/{model}/cold/{mode}/first_inference_ms", first, "ms")
+    section.add(f"latency/{model}/cold/{mode}/load_plus_first_ms", load + first, "ms")
+
+
+def test_start_up_target_compares_load_plus_first_run_with_onnxruntimes() -> None:
+    from benchmarks.latency import record_cold_ratio_to_ort
+
+    section = Section()
+    _cold(section, "mobilenet_v2", "static", 20.0, 25.0)
+    _cold(section, "mobilenet_v2", "onnxruntime", 25.0, 10.0)
+    _cold(section, "mobilenet_v2", "executorch", 10.0, 4.0)
+    record_cold_ratio_to_ort("mobilenet_v2", section)
+    assert section.get("latency/mobilenet_v2/cold/static_to_onnxruntime_load_plus_first") == round(45 / 35, 3)
+    assert section.get("latency/mobilenet_v2/cold/executorch_to_onnxruntime_load_plus_first") == 0.4
+    (target,) = section.targets
+    assert target.met is True and "<= 1.5 x ONNX Runtime's session creation + first run" in target.name
+    assert "static 45.0 ms (20.0 + 25.0), ONNX Runtime 35.0 ms (25.0 + 10.0)" in target.detail
+
+
+def test_start_up_target_is_missed_beyond_the_ratio_and_not_judged_without_onnxruntime() -> None:
+    from benchmarks.latency import record_cold_ratio_to_ort
+
+    section = Section()
+    _cold(section, "mobilenet_v2", "static", 40.0, 20.0)
+    _cold(section, "mobilenet_v2", "onnxruntime", 30.0, 9.0)
+    record_cold_ratio_to_ort("mobilenet_v2", section)
+    assert [t.met for t in section.targets] == [False]
+    alone = Section()
+    _cold(alone, "mobilenet_v2", "static", 40.0, 20.0)
+    record_cold_ratio_to_ort("mobilenet_v2", alone, "ImportError: onnxruntime")
+    assert [(t.met, t.detail) for t in alone.targets] == [(None, "ImportError: onnxruntime")]
+    record_cold_ratio_to_ort("roi_head", alone)  # no start-up target for it
+    assert len(alone.targets) == 1
+
+
+def test_each_mode_has_its_server_and_the_peers_cold_start_uses_their_python(tmp_path: Path) -> None:
+    from benchmarks.latency import MODES, PEER_MODES, cold_start_command, server_for
+
+    assert {mode: server_for(mode) for mode in MODES} == {
+        "static": "cpp", "dynamic": "cpp", "python_eager": "python", "python_lite": "python",
+        "onnxruntime": "onnxruntime", "executorch": "executorch"}
+    peers = tmp_path / "peers" / "bin" / "python"
+    for mode in PEER_MODES:
+        command = cold_start_command(tmp_path / "lite_predictor", "mobilenet_v2", tmp_path, mode, 1, peers)
+        assert command[:3] == [str(peers), "-m", "benchmarks.cold_start"] and command[command.index("--mode") + 1] == mode
+    assert cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "python_lite", 1, peers)[0] == sys.executable
+    assert cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "static", 1, peers)[:2] == [
+        str(tmp_path / "lite_predictor"), str(tmp_path / "m.ptl")]
+
+
+def test_latency_table_has_a_column_per_mode_and_the_ratios_to_onnxruntime() -> None:
+    from benchmarks.report import latency_table
+
+    section = Section()
+    for mode, ms in (("static", 2.0), ("dynamic", 2.1), ("onnxruntime", 1.0), ("executorch", 1.2)):
+        section.add(f"latency/mobilenet_v2/threads_1/{mode}/median_ms", ms, "ms")
+    section.add("latency/mobilenet_v2/threads_1/executorch_to_onnxruntime", 1.2, "ratio")
+    section.add("latency/mobilenet_v2/threads_1/executorch_to_onnxruntime_ci95", "1.100-1.300", "ratio interval")
+    header, _, row = latency_table(section)
+    assert "ExecuTorch (ms)" in header and "ExecuTorch / ONNX Runtime, per round (95% interval)" in header
+    assert row.endswith("| 1.200 (1.100-1.300) |")
+
+
+# ------------------------------------------------------------------------- the servers' shared protocol
+
+
+def _serve(commands: list[str], load) -> list[str]:
+    import io
+
+    from benchmarks.latency_protocol import serve
+
+    out = io.StringIO()
+    serve([c + "\n" for c in commands], load, "load KEY test MODEL INPUTS, run KEY, quit", out)
+    return out.getvalue().splitlines()
+
+
+def test_serve_replies_load_time_then_run_times_and_stops_at_quit() -> None:
+    from benchmarks.latency_protocol import Loaded
+
+    calls: list[tuple[str, Path, Path]] = []
+
+    def load(mode: str, model: Path, inputs: Path) -> Loaded:
+        calls.append((mode, model, inputs))
+        return Loaded(12.5, lambda: None)
+
+    replies = _serve(["load a test m.ptl m.inputs.pt", "run a", "run a", "quit", "run a"], load)
+    assert calls == [("test", Path("m.ptl"), Path("m.inputs.pt"))]
+    assert replies[0] == "ok 12.500000"
+    assert len(replies) == 3 and all(r.startswith("ok ") for r in replies)
+
+
+def test_serve_reports_every_failure_as_an_error_line_and_keeps_serving() -> None:
+    from benchmarks.latency_protocol import Loaded
+
+    def load(mode: str, model: Path, inputs: Path) -> Loaded:
+        if mode != "test":
+            raise ValueError(f"unknown mode {mode!r}\nsecond line")
+        return Loaded(1.0, lambda: 1 / 0)
+
+    replies = _serve(["load a other m i", "run nothing", "bogus", "load b test m i", "run b"], load)
+    assert replies == [
+        "error ValueError: unknown mode 'other'",
+        "error KeyError: 'nothing'",
+        "error ValueError: bad command 'bogus' (load KEY test MODEL INPUTS, run KEY, quit)",
+        "ok 1.000000",
+        "error ZeroDivisionError: division by zero",
+    ]
+
+
+def test_serve_checks_the_first_run_only_and_drops_a_key_whose_outputs_are_wrong() -> None:
+    from benchmarks.latency_protocol import Loaded
+
+    checked: list[object] = []
+
+    def check(outputs: object) -> str | None:
+        checked.append(outputs)
+        return "output 0 differs" if outputs == "wrong" else None
+
+    models = {"good": Loaded(1.0, lambda: "right", check=check), "bad": Loaded(1.0, lambda: "wrong", check=check)}
+    replies = _serve(["load g good m i", "run g", "run g", "load b bad m i", "run b", "run b"],
+                     lambda mode, model, inputs: models[mode])
+    assert checked == ["right", "wrong"]
+    assert [r.split()[0] for r in replies] == ["ok", "ok", "ok", "ok", "error", "error"]
+    assert replies[4] == "error OutputMismatch: output 0 differs" and replies[5] == "error KeyError: 'b'"
+
+
+def test_serve_enters_the_context_around_each_run() -> None:
+    import contextlib
+
+    from benchmarks.latency_protocol import Loaded
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def context():
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    _serve(["load a test m i", "run a", "run a"],
+           lambda mode, model, inputs: Loaded(1.0, lambda: events.append("run"), context=context))
+    assert events == ["enter", "run", "exit"] * 2
+
+
+def test_outputs_match_within_the_tolerance_and_mismatches_say_where() -> None:
+    import torch
+
+    from benchmarks.latency_protocol import outputs_mismatch
+
+    expected = [torch.tensor([1.0, 100.0]), torch.tensor([3, 4]), torch.zeros(0, 4)]
+    assert outputs_mismatch([torch.tensor([1.00005, 100.01]), torch.tensor([3, 4]), torch.zeros(0, 4)], expected) is None
+    assert outputs_mismatch(expected[:2], expected) == "2 output tensor(s), the model's expected outputs have 3"
+    assert outputs_mismatch([expected[0], expected[1], torch.zeros(1, 4)], expected) == (
+        "output 2 has shape [1, 4], expected [0, 4]")
+    problem = outputs_mismatch([torch.tensor([1.0, 100.02]), *expected[1:]], expected)
+    assert problem is not None and problem.startswith("output 0 differs beyond 0.0001 + 0.0001 x |expected|")
+    assert "at flat index 1" in problem
+    assert outputs_mismatch([torch.tensor([1.01, 100.0]), *expected[1:]], expected, atol=0.02) is None
+
+
+def test_an_error_is_reported_by_its_first_line_and_the_line_naming_its_cause() -> None:
+    from benchmarks.latency_protocol import first_line
+
+    error = RuntimeError("Could not guard on data-dependent expression Eq(u0, 0)\n\nconsider ...\n"
+                         "Caused by: (test_models/ssdlite_head.py:137 in class_aware_nms)\nmore")
+    assert first_line(error) == ("Could not guard on data-dependent expression Eq(u0, 0) "
+                                 "Caused by: (test_models/ssdlite_head.py:137 in class_aware_nms)")
+    assert first_line(KeyError()) == "KeyError"
+
+
+def test_an_export_is_made_once_per_model_file_and_exporter(tmp_path: Path) -> None:
+    from benchmarks.eager_exports import cached_export
+
+    model = tmp_path / "mobilenet_v2.ptl"
+    model.write_bytes(b"model one")
+    exports: list[Path] = []
+
+    def export(path: Path) -> None:
+        exports.append(path)
+        path.write_text("exported")
+
+    first = cached_export(model, tmp_path / "cache", "exporter 1", ".onnx", export)
+    assert cached_export(model, tmp_path / "cache", "exporter 1", ".onnx", export) == first
+    assert len(exports) == 1 and first.read_text() == "exported" and first.name.startswith("mobilenet_v2-")
+    assert cached_export(model, tmp_path / "cache", "exporter 2", ".onnx", export) != first
+    model.write_bytes(b"model two")
+    assert cached_export(model, tmp_path / "cache", "exporter 1", ".onnx", export) != first
+    assert len(exports) == 3
+
+
+def test_a_failed_export_leaves_nothing_to_reuse(tmp_path: Path) -> None:
+    from benchmarks.eager_exports import cached_export
+
+    model = tmp_path / "ssdlite_head.ptl"
+    model.write_bytes(b"model")
+
+    def export(path: Path) -> None:
+        path.write_text("half")
+        raise RuntimeError("torchvision::nms has no mapping")
+
+    with pytest.raises(RuntimeError, match="no mapping"):
+        cached_export(model, tmp_path / "cache", "exporter", ".pte", export)
+    assert list((tmp_path / "cache").iterdir()) == []
