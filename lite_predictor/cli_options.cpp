@@ -65,6 +65,10 @@ options:
                      line still comes from runs without the timer; operators are named without overload)
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
+  --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
+                     the stock kernels' results). By default conv2d sites with constant weights (frozen
+                     models) run a oneDNN Graph kernel compiled on their first call per input shape, with
+                     a following relu/hardtanh/residual add fused in; the report lists them
   --default-malloc   leave glibc's allocator thresholds as they are; by default they are raised so that an
                      inference's large temporaries are reused from the heap, not mmap'd afresh each call
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
@@ -142,6 +146,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.profile_ops = true;
     } else if (arg == "--in-process") {
       options.in_process = true;
+    } else if (arg == "--no-specialize") {
+      options.specialize = false;
     } else if (arg == "--default-malloc") {
       options.default_malloc = true;
     } else if (arg == "--list-ops") {

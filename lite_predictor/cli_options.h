@@ -32,6 +32,7 @@ struct Options {
   int parallel = 0; // > 0: also run from this many threads at once on the one loaded module
   bool profile_ops = false; // after the timed runs, --iters more with a per-operator timer
   bool in_process = false; // no crash-guard child process (for debuggers and profilers)
+  bool specialize = true; // the bind-time stage (static dispatch); --no-specialize turns it off
   bool default_malloc = false; // leave glibc's mmap thresholds as they are (for comparison)
   bool json = false;
   bool help = false;

@@ -64,6 +64,7 @@ ld::Model load_model(const ld::Options& options) {
       options.interpreter == ld::InterpreterKind::Lightweight ? ld::Interpreter::Lightweight : ld::Interpreter::Stock;
   load_options.quantized_engine = options.qengine;
   load_options.keep_large_allocations_in_heap = !options.default_malloc;
+  load_options.specialize = options.specialize;
   try {
     return ld::Model::load(options.model_path, load_options);
   } catch (const ld::OptionError& e) {
@@ -314,6 +315,9 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
     run_parallel(module, inputs, outputs, options, report);
   }
 
+  report.specialize = options.specialize && options.dispatch == ld::DispatchMode::Static;
+  report.call_sites = module.call_sites();
+  report.specialized_sites = module.specialized_sites(); // after the runs: their counters
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;

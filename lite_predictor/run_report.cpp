@@ -85,6 +85,72 @@ void print_profile_json(std::ostream& out, const RunReport& report) {
 
 } // namespace
 
+namespace {
+
+std::string json_string_list(const std::vector<std::string>& items) {
+  std::string list = "[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    list += (i ? ", " : "") + json_string(items[i]);
+  }
+  return list + "]";
+}
+
+// The bind-time stage's sites, grouped by what they run, with their calls.
+void print_specialization_text(std::ostream& out, const RunReport& report) {
+  if (!report.specialize) {
+    return;
+  }
+  if (report.specialized_sites.empty()) {
+    out << "bind-time: no call site to specialise (conv2d with constant weights)\n";
+    return;
+  }
+  std::map<std::string, int> by_kind;
+  int64_t specialized = 0, generated = 0;
+  double prepare_ms = 0;
+  std::vector<std::string> notes;
+  for (const SpecializedCallSite& site : report.specialized_sites) {
+    by_kind[site.runs] += 1;
+    prepare_ms += site.prepare_ms;
+    specialized += site.specialized_calls;
+    generated += site.generated_calls;
+    for (const std::string& note : site.notes) {
+      notes.push_back(site.function + " @" + std::to_string(site.instruction) + ": " + note);
+    }
+  }
+  out << "bind-time: " << report.specialized_sites.size() << " conv2d site(s) re-bound to oneDNN Graph kernels (";
+  const char* separator = "";
+  for (const auto& [kind, count] : by_kind) {
+    out << separator << count << " " << kind;
+    separator = ", ";
+  }
+  out << "); calls: " << specialized << " compiled kernel, " << generated
+      << " generated kernels (each shape's first call, and shapes a site does not take); compiling and checking "
+      << std::fixed << std::setprecision(1) << prepare_ms << std::defaultfloat << " ms, in the first run\n";
+  for (const std::string& note : notes) {
+    out << "  kept generated: " << note << "\n";
+  }
+}
+
+void print_specialization_json(std::ostream& out, const RunReport& report) {
+  out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"call_sites\": [";
+  for (size_t i = 0; i < report.call_sites.size(); ++i) {
+    const CallSite& site = report.call_sites[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
+        << ", \"op\": " << json_string(site.op.name) << ", \"runs\": " << json_string(site.runs) << "}";
+  }
+  out << "], \"specialized_sites\": [";
+  for (size_t i = 0; i < report.specialized_sites.size(); ++i) {
+    const SpecializedCallSite& site = report.specialized_sites[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
+        << ", \"fused\": " << json_string_list(site.fused) << ", \"runs\": " << json_string(site.runs)
+        << ", \"specialized_calls\": " << site.specialized_calls << ", \"generated_calls\": " << site.generated_calls
+        << ", \"prepare_ms\": " << site.prepare_ms << ", \"notes\": " << json_string_list(site.notes) << "}";
+  }
+  out << "]";
+}
+
+} // namespace
+
 void print_text(std::ostream& out, const RunReport& report) {
   out << "model:     " << report.model << "\n";
   out << "dispatch:  " << report.dispatch << ", " << report.interpreter << " interpreter, quantized engine "
@@ -103,11 +169,13 @@ void print_text(std::ostream& out, const RunReport& report) {
     }
     out << "\n";
   }
+  print_specialization_text(out, report);
   out << "inputs:    " << report.input_source << "\n";
   out << std::fixed << std::setprecision(3);
   const LoadTimings& t = report.load_timings;
   out << "load:      " << report.load_ms << " ms: file check " << t.file_check_ms << ", LibTorch's loader "
-      << t.libtorch_load_ms << ", binding " << t.bind_ms << ", bytecode check " << t.prepare_ms << " ms\n";
+      << t.libtorch_load_ms << ", binding " << t.bind_ms << ", bind-time stage " << t.specialize_ms
+      << ", bytecode check " << t.prepare_ms << " ms\n";
   out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms, median "
       << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs, "
       << std::setprecision(0) << report.page_faults_per_run << std::setprecision(3) << " page faults per run"
@@ -157,6 +225,7 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"num_outputs\": " << report.num_outputs << ", \"load_ms\": " << report.load_ms
       << ", \"load_stages_ms\": {\"file_check\": " << report.load_timings.file_check_ms
       << ", \"libtorch_load\": " << report.load_timings.libtorch_load_ms << ", \"bind\": " << report.load_timings.bind_ms
+      << ", \"specialize\": " << report.load_timings.specialize_ms
       << ", \"bytecode_check\": " << report.load_timings.prepare_ms << "}"
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
       << ", \"min_ms\": " << report.min_ms << ", \"page_faults_per_run\": " << report.page_faults_per_run
@@ -170,6 +239,7 @@ void print_json(std::ostream& out, const RunReport& report) {
   if (report.profile_runs > 0) {
     print_profile_json(out, report);
   }
+  print_specialization_json(out, report);
   out << "}\n";
 }
 

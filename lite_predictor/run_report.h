@@ -17,6 +17,9 @@ struct RunReport {
   std::string interpreter; // "lightweight" or "stock"
   std::string qengine; // the quantized engine packed weights were built with: "x86", "qnnpack", ...
   std::vector<OperatorUse> ops;
+  bool specialize = false; // the bind-time stage ran
+  std::vector<CallSite> call_sites;
+  std::vector<SpecializedCallSite> specialized_sites;
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

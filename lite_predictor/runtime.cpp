@@ -5,6 +5,7 @@
 
 #include <lite_predictor/allocator_settings.h>
 #include <lite_predictor/bytecode_interpreter.h>
+#include <lite_predictor/call_site_specialization.h>
 #include <lite_predictor/forward_arguments.h>
 #include <lite_predictor/model_file_check.h>
 #include <lite_predictor/model_integrity.h>
@@ -18,6 +19,7 @@
 #include <torch/csrc/jit/mobile/import.h>
 #include <torch/csrc/jit/mobile/module.h>
 #include <torch/csrc/jit/mobile/parse_operators.h>
+#include <torch/csrc/jit/runtime/instruction.h>
 
 #include <chrono>
 #include <map>
@@ -104,6 +106,9 @@ struct Model::Impl {
   LoadTimings timings;
   torch::jit::mobile::Module module;
   std::vector<OperatorUse> operators;
+  std::shared_ptr<Specialization> specialization; // static dispatch with LoadOptions::specialize
+  // The stage may leave returned tensors channels_last: give them the stock layout (see restore_stock_layout).
+  bool restores_layout = false;
   // Lightweight interpreter: one per method, prepared (bytecode checked) on first use under the mutex;
   // forward's at load. Read-only once prepared, so runs need no lock.
   mutable std::mutex interpreters_mutex;
@@ -156,6 +161,13 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   }
   impl->timings.bind_ms = ms_since(start);
   start = Clock::now();
+  if (options.dispatch == Dispatch::Static && options.specialize) {
+    impl->specialization = specialize_call_sites(impl->module);
+    impl->restores_layout =
+        impl->specialization->channels_last_between_sites() && !impl->specialization->sites().empty();
+  }
+  impl->timings.specialize_ms = ms_since(start);
+  start = Clock::now();
   if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
     try {
       impl->forward_interpreter = &impl->interpreter_for("forward");
@@ -172,8 +184,10 @@ c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
   if (impl_->forward_interpreter != nullptr) {
     check_argument_count(*impl_->forward_method, inputs);
     c10::InferenceMode inference_mode;
+    const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
     try {
-      return impl_->forward_interpreter->run(std::move(inputs));
+      c10::IValue output = impl_->forward_interpreter->run(std::move(inputs));
+      return restore ? restore_stock_layout(std::move(output)) : output;
     } catch (const std::exception& e) {
       throw failed_while_running(e);
     }
@@ -190,11 +204,12 @@ c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue
   // Inference, as a deployed model runs and as reference outputs are computed (under no_grad): grad mode
   // also picks other paths in some ops (transformer layers' fused inference).
   c10::InferenceMode inference_mode;
+  const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
   try {
-    if (interpreter_of(impl_->options) == Interpreter::Lightweight) {
-      return impl_->interpreter_for(method).run(std::move(inputs));
-    }
-    return impl_->module.get_method(method)(std::move(inputs));
+    c10::IValue output = interpreter_of(impl_->options) == Interpreter::Lightweight
+                             ? impl_->interpreter_for(method).run(std::move(inputs))
+                             : impl_->module.get_method(method)(std::move(inputs));
+    return restore ? restore_stock_layout(std::move(output)) : output;
   } catch (const BytecodeError& e) {
     throw ModelLoadError(impl_->path + ": " + printable_first_line(e.what()));
   } catch (const std::exception& e) {
@@ -230,14 +245,26 @@ std::vector<CallSite> Model::call_sites() const {
   std::vector<CallSite> sites;
   for (const torch::jit::mobile::Function* function : functions_to_run(impl_->module)) {
     const auto& code = function->get_code();
-    for (size_t i = 0; i < code.op_names_.size(); ++i) {
-      const auto found = by_name.find(op_display_name(code.op_names_[i]));
-      if (found != by_name.end()) {
-        sites.push_back({function->qualname().qualifiedName(), i, *found->second});
+    const std::string function_name = function->qualname().qualifiedName();
+    for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+      const auto& inst = code.instructions_[pc];
+      if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
+        continue;
       }
+      const auto found = by_name.find(op_display_name(code.op_names_[inst.X]));
+      if (found == by_name.end()) {
+        continue;
+      }
+      const std::string* specialized =
+          impl_->specialization ? impl_->specialization->runs(function_name, pc) : nullptr;
+      sites.push_back({function_name, pc, *found->second, specialized ? *specialized : found->second->path});
     }
   }
   return sites;
+}
+
+std::vector<SpecializedCallSite> Model::specialized_sites() const {
+  return impl_->specialization ? impl_->specialization->sites() : std::vector<SpecializedCallSite>{};
 }
 
 const std::string& Model::path() const {

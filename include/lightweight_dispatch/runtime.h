@@ -105,6 +105,12 @@ struct LoadOptions {
   // from the heap instead of arriving as fresh zero pages on every call (MobileNetV2 in a fresh process:
   // 15 -> 11.5 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
   bool keep_large_allocations_in_heap = true;
+  // Dispatch::Static: the bind-time stage. conv2d call sites whose weight and parameters are constants (a
+  // frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape, with a
+  // directly following relu, hardtanh (ReLU6) or residual add fused in, channels_last between them; each
+  // shape is checked once against the generated kernels. Off: every site runs its generated kernel, bit for
+  // bit the stock kernels' results.
+  bool specialize = true;
 };
 
 // --- what a model's operators are bound to
@@ -117,8 +123,25 @@ struct OperatorUse {
 
 struct CallSite {
   std::string function; // the bytecode function ("forward", an upgrader, ...)
-  size_t index;         // the operator's index in that function's operator table
+  size_t instruction;   // the OP instruction's index in that function's bytecode
   OperatorUse op;
+  // What the site runs: op.path ("static", "jit", "dispatcher"), or the bind-time stage's kernel:
+  // "static+fused(conv2d,hardtanh_)" (the conv2d site, and the hardtanh_ site it absorbed),
+  // "static+onednn(conv2d)".
+  std::string runs;
+};
+
+// A call site the bind-time stage re-bound (LoadOptions::specialize), and what it has done so far.
+struct SpecializedCallSite {
+  std::string function;
+  size_t instruction = 0;         // the conv2d OP instruction
+  std::vector<std::string> fused; // the operators its kernel runs: {"aten::conv2d", "aten::hardtanh_"}
+  size_t fused_instruction = 0;   // the absorbed operator's OP instruction (fused.size() > 1), now a no-op
+  std::string runs;               // as in CallSite::runs
+  int64_t specialized_calls = 0;  // calls served by the compiled kernel
+  int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
+  std::vector<std::string> notes; // why a shape keeps the generated kernels
+  double prepare_ms = 0;          // compiling and checking its kernels, on first calls (part of those runs)
 };
 
 // Where Model::load's time went, in milliseconds.
@@ -126,6 +149,8 @@ struct LoadTimings {
   double file_check_ms = 0;  // archive directory, every record's CRC-32
   double libtorch_load_ms = 0; // LibTorch's loader (packed weights rebuilt here) and the tensor checks
   double bind_ms = 0;        // every call site bound to its generated kernel (static dispatch)
+  double specialize_ms = 0;  // the bind-time stage finding and re-binding its sites (kernels compile later,
+                             // on each site's first call per shape: part of the first run)
   double prepare_ms = 0;     // forward's bytecode checked for the lightweight interpreter
 };
 
@@ -156,6 +181,8 @@ class Model {
   // Every distinct operator the model calls, sorted by name, with its path; and every call site.
   const std::vector<OperatorUse>& operators() const;
   std::vector<CallSite> call_sites() const;
+  // The call sites the bind-time stage re-bound, with their counters now.
+  std::vector<SpecializedCallSite> specialized_sites() const;
 
   const std::string& path() const;
   const LoadOptions& options() const;

@@ -1,0 +1,54 @@
+// Finding, in a function's bytecode, the conv2d call sites the bind-time stage can serve better.
+//
+// A frozen model pushes every conv2d argument but the input with LOADC just before the call, so the weight,
+// bias, stride, padding, dilation and groups are known at load. When the instructions right after the call
+// consume its result at once (hardtanh_/relu_ on it, or add.Tensor of it onto the value beneath), that
+// operation can run inside the same kernel: nothing else can see the intermediate value.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/jit/mobile/code.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+// What a conv2d call's result goes through right away, in the same kernel.
+enum class PostOp {
+  None,
+  Relu,     // aten::relu / relu_ on the result
+  Hardtanh, // aten::hardtanh / hardtanh_ on the result, with constant bounds (ReLU6: 0, 6)
+  Add,      // aten::add.Tensor(beneath, result): a residual connection
+};
+
+const char* post_op_name(PostOp op);
+
+// One conv2d call whose arguments after the input are bytecode constants.
+struct ConvSite {
+  size_t conv_instruction = 0; // the OP instruction calling conv2d
+  at::Tensor weight;
+  std::optional<at::Tensor> bias;
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+
+  PostOp post_op = PostOp::None;
+  size_t post_op_instruction = 0; // the OP instruction of the fused operation (post_op != None)
+  std::string post_op_operator;   // its operator, "aten::hardtanh_"
+  double clamp_min = 0, clamp_max = 0; // Hardtanh's bounds
+  // What the post-op instruction leaves on the stack for the fused kernel to drop: the LOADC'd bounds.
+  size_t post_op_constants = 0;
+  std::vector<c10::IValue> post_op_arguments; // those constants, for the generated path
+};
+
+// Every conv2d site in `code` whose weight, bias and parameters are constants, with the operation fused into
+// it when the next instructions allow. Sites a jump lands inside are left out (their arguments are not a
+// straight run of pushes).
+std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code);
+
+// Operators whose results depend on a tensor's strides (views that fail on a channels_last tensor, stride
+// queries): a function calling one must see tensors in the layout the stock kernels would give them.
+bool is_layout_sensitive(const std::string& op_name);
+
+} // namespace lightweight_dispatch

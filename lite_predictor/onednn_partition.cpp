@@ -1,0 +1,229 @@
+#include <lite_predictor/onednn_partition.h>
+
+#include <ATen/Config.h>
+#include <ATen/ops/empty.h>
+
+#if AT_MKLDNN_ENABLED()
+#include <torch/csrc/jit/codegen/onednn/interface.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/operator.h>
+#endif
+
+#include <exception>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+bool is_dense_float_cpu(const at::Tensor& t, int64_t dim) {
+  return t.defined() && t.dim() == dim && t.scalar_type() == at::kFloat && t.layout() == at::kStrided &&
+         t.device().is_cpu() && !t.is_mkldnn() && t.is_non_overlapping_and_dense();
+}
+
+// conv2d's output sizes for `input` (NCHW sizes whatever its layout).
+std::vector<int64_t> conv_output_sizes(const ConvSite& site, const at::Tensor& input) {
+  std::vector<int64_t> sizes = {input.size(0), site.weight.size(0)};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t kernel = site.dilation[d] * (site.weight.size(2 + d) - 1) + 1;
+    sizes.push_back((input.size(2 + d) + 2 * site.padding[d] - kernel) / site.stride[d] + 1);
+  }
+  return sizes;
+}
+
+// Why oneDNN Graph cannot take this site for these tensors, or "" if it can try.
+std::string unsupported_because(const ConvSite& site, const at::Tensor& input, const at::Tensor* residual) {
+  if (!is_dense_float_cpu(input, 4)) {
+    return "the input is not a dense 4-d float32 CPU tensor";
+  }
+  if (!is_dense_float_cpu(site.weight, 4) || (site.bias && !is_dense_float_cpu(*site.bias, 1))) {
+    return "the weight or bias is not float32";
+  }
+  if (site.stride.size() != 2 || site.padding.size() != 2 || site.dilation.size() != 2 || site.groups < 1 ||
+      input.size(1) != site.weight.size(1) * site.groups) {
+    return "the parameters do not describe a 2-d convolution of this input";
+  }
+  const auto out = conv_output_sizes(site, input);
+  if (out[2] < 1 || out[3] < 1) {
+    return "the input is smaller than the kernel";
+  }
+  if (site.post_op == PostOp::Add && (residual == nullptr || !is_dense_float_cpu(*residual, 4) || residual->sizes() != out)) {
+    return "the tensor added is not a dense float32 tensor of the result's sizes";
+  }
+  return "";
+}
+
+} // namespace
+
+#if AT_MKLDNN_ENABLED()
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+struct OnednnConvPartition::Impl {
+  std::shared_ptr<Graph> graph; // owns the fusion group node the operation refers to
+  std::optional<torch::jit::Operation> operation;
+  std::vector<int> input_order; // per fusion-group input: 0 = the conv's input, 1 = the tensor added
+};
+
+namespace {
+
+Node* find_fusion_group(torch::jit::Block* block) {
+  for (Node* node : block->nodes()) {
+    if (node->kind() == torch::jit::prim::oneDNNFusionGroup) {
+      return node;
+    }
+    for (torch::jit::Block* inner : node->blocks()) {
+      if (Node* found = find_fusion_group(inner)) {
+        return found;
+      }
+    }
+  }
+  return nullptr;
+}
+
+size_t count_kind(const Graph& graph, c10::Symbol kind) {
+  size_t count = 0;
+  for (const Node* node : graph.nodes()) {
+    count += node->kind() == kind ? 1 : 0;
+  }
+  return count;
+}
+
+// The site as a TorchScript graph whose values carry the sizes and strides oneDNN Graph compiles for.
+std::shared_ptr<Graph> site_graph(const ConvSite& site, const at::Tensor& input, const at::Tensor* residual,
+    const at::Tensor& output_like, Value*& input_value, Value*& residual_value) {
+  namespace aten = torch::jit::aten;
+  auto graph = std::make_shared<Graph>();
+  input_value = graph->addInput("input");
+  input_value->setType(c10::TensorType::create(input));
+  residual_value = nullptr;
+  if (site.post_op == PostOp::Add) {
+    residual_value = graph->addInput("residual");
+    residual_value->setType(c10::TensorType::create(*residual));
+  }
+  torch::jit::WithInsertPoint insert_at(graph->block());
+  Value* weight = graph->insertConstant(site.weight);
+  Value* bias = site.bias ? graph->insertConstant(*site.bias) : graph->insertConstant(c10::IValue());
+  Value* result = graph->insert(aten::conv2d,
+      {input_value, weight, bias, site.stride, site.padding, site.dilation, site.groups});
+  result->setType(c10::TensorType::create(output_like));
+  switch (site.post_op) {
+    case PostOp::None:
+      break;
+    case PostOp::Relu:
+      result = graph->insert(aten::relu, {result});
+      break;
+    case PostOp::Hardtanh:
+      result = graph->insert(aten::hardtanh, {result, site.clamp_min, site.clamp_max});
+      break;
+    case PostOp::Add:
+      result = graph->insert(aten::add, {residual_value, result});
+      break;
+  }
+  result->setType(c10::TensorType::create(output_like));
+  graph->registerOutput(result);
+  return graph;
+}
+
+c10::Symbol post_op_kind(PostOp op) {
+  switch (op) {
+    case PostOp::Relu:
+      return torch::jit::aten::relu;
+    case PostOp::Hardtanh:
+      return torch::jit::aten::hardtanh;
+    case PostOp::Add:
+      return torch::jit::aten::add;
+    case PostOp::None:
+      break;
+  }
+  return torch::jit::aten::conv2d;
+}
+
+} // namespace
+
+bool onednn_graph_available() {
+  return true;
+}
+
+std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite& site, const at::Tensor& input,
+    const at::Tensor* residual, c10::MemoryFormat output_format, std::string& why_not) {
+  why_not = unsupported_because(site, input, residual);
+  if (!why_not.empty()) {
+    return nullptr;
+  }
+  const at::Tensor output_like = at::empty(conv_output_sizes(site, input), input.options().memory_format(output_format));
+  auto impl = std::make_unique<Impl>();
+  try {
+    Value* input_value = nullptr;
+    Value* residual_value = nullptr;
+    impl->graph = site_graph(site, input, residual, output_like, input_value, residual_value);
+    torch::jit::fuser::onednn::fuseGraph(impl->graph);
+    Node* group = find_fusion_group(impl->graph->block());
+    if (group == nullptr) {
+      why_not = "oneDNN Graph formed no partition for it";
+      return nullptr;
+    }
+    const Graph& subgraph = *group->g(torch::jit::attr::Subgraph);
+    if (count_kind(subgraph, torch::jit::aten::conv2d) != 1 ||
+        (site.post_op != PostOp::None && count_kind(subgraph, post_op_kind(site.post_op)) != 1)) {
+      why_not = "oneDNN Graph's partition does not hold the whole site";
+      return nullptr;
+    }
+    for (Value* value : group->inputs()) {
+      // The fuser puts a shape guard in front of the group: its outputs stand for its inputs.
+      if (value->node()->kind() == torch::jit::prim::oneDNNFusionGuard) {
+        value = value->node()->inputs()[value->offset()];
+      }
+      impl->input_order.push_back(value == input_value ? 0 : 1);
+    }
+    impl->operation = group->getOperation();
+    std::unique_ptr<OnednnConvPartition> partition(new OnednnConvPartition(std::move(impl)));
+    // oneDNN compiles on the first execution: do it now, so that a failure is this site's and not a run's.
+    const at::Tensor trial = partition->run(input, residual);
+    if (trial.sizes() != output_like.sizes() || trial.strides() != output_like.strides() || trial.is_mkldnn()) {
+      why_not = "oneDNN Graph's result does not have the layout asked for";
+      return nullptr;
+    }
+    return partition;
+  } catch (const std::exception& e) {
+    why_not = std::string("oneDNN Graph failed: ") + e.what();
+    why_not = why_not.substr(0, why_not.find('\n'));
+    return nullptr;
+  }
+}
+
+at::Tensor OnednnConvPartition::run(const at::Tensor& input, const at::Tensor* residual) const {
+  torch::jit::Stack stack;
+  stack.reserve(impl_->input_order.size());
+  for (int which : impl_->input_order) {
+    stack.emplace_back(which == 0 ? input : *residual);
+  }
+  (*impl_->operation)(stack);
+  return stack.back().toTensor();
+}
+
+#else // no MKLDNN: every site keeps its generated kernel
+
+struct OnednnConvPartition::Impl {};
+
+bool onednn_graph_available() {
+  return false;
+}
+
+std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite&, const at::Tensor&,
+    const at::Tensor*, c10::MemoryFormat, std::string& why_not) {
+  why_not = "this LibTorch has no oneDNN Graph";
+  return nullptr;
+}
+
+at::Tensor OnednnConvPartition::run(const at::Tensor&, const at::Tensor*) const {
+  TORCH_CHECK(false, "this LibTorch has no oneDNN Graph");
+}
+
+#endif
+
+OnednnConvPartition::OnednnConvPartition(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OnednnConvPartition::~OnednnConvPartition() = default;
+
+} // namespace lightweight_dispatch

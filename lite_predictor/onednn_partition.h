@@ -1,0 +1,44 @@
+// A conv2d call site (and the operation fused into it) compiled by oneDNN Graph, the graph compiler inside
+// LibTorch, for one input shape and layout.
+//
+// The partition is made the way LibTorch's own TorchScript fuser makes one: a small TorchScript graph of the
+// site (the input as its parameter; weight, bias and parameters as constants; the fused operation after the
+// conv) is handed to torch::jit::fuser::onednn::fuseGraph, and the fusion group it forms runs through its JIT
+// operator. oneDNN then reorders the constant weight once and caches it; every call runs the compiled kernel.
+// Nothing here is LibTorch-internal state a .ptl could carry: it is made at run time, in this process.
+#pragma once
+
+#include <lite_predictor/conv_sites.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/MemoryFormat.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace lightweight_dispatch {
+
+// Whether this LibTorch has oneDNN Graph (x86 builds with MKLDNN).
+bool onednn_graph_available();
+
+class OnednnConvPartition {
+ public:
+  // Compiles `site` for `input` (and, for PostOp::Add, `residual`), producing its result in `output_format`.
+  // Returns null with `why_not` set when oneDNN Graph does not take the site (an unsupported dtype or
+  // parameters, no partition formed, a failed compilation).
+  static std::unique_ptr<OnednnConvPartition> compile(const ConvSite& site, const at::Tensor& input,
+      const at::Tensor* residual, c10::MemoryFormat output_format, std::string& why_not);
+
+  ~OnednnConvPartition();
+
+  // Runs on tensors of exactly the sizes and strides it was compiled for (the caller checks).
+  at::Tensor run(const at::Tensor& input, const at::Tensor* residual) const;
+
+ private:
+  struct Impl;
+  explicit OnednnConvPartition(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,188 @@
+"""The bind-time stage (LoadOptions::specialize, --no-specialize): conv2d call sites with constant weights run
+kernels oneDNN Graph compiles for them, with the following relu / hardtanh / residual add fused in. Every test
+model must give eager's outputs within 1e-5 and the unspecialised run's within 1e-5, in the same layout; sites
+the stage takes must really run the compiled kernel; sites it cannot take keep their generated kernel."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from predictor_runner import run_predictor
+from scripts.dump_ops import flatten_outputs
+from test_models import model_names
+
+
+def run_saving(predictor: Path, model: Path, out: Path, *args: object) -> dict:
+    run = run_predictor(predictor, model, "--iters", "3", "--warmup", "0", "--json", "--save-outputs", out, *args)
+    assert run.returncode == 0, run.stderr + run.stdout
+    return run.json()
+
+
+def save_frozen(module: torch.nn.Module, example: list[torch.Tensor], path: Path) -> Path:
+    """Freeze `module` as the test models are frozen, save it for the lite interpreter, and save its eager
+    outputs and inputs beside it (NAME.expected.pt, NAME.inputs.pt), as lite_predictor looks for them."""
+    module = module.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frozen = torch.jit.freeze(torch.jit.script(module))
+        path.write_bytes(frozen._save_to_buffer_for_lite_interpreter())
+    with torch.no_grad():
+        expected = module(*example)
+    torch.save(list(example), path.with_suffix(".inputs.pt"))
+    torch.save(flatten_outputs(expected), path.with_suffix(".expected.pt"))
+    return path
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_specialised_run_matches_eager_and_the_unspecialised_run(
+    name: str, predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    model = models_dir / f"{name}.ptl"
+    specialised = run_saving(predictor, model, tmp_path / "on.pt")
+    plain = run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    assert specialised["outputs_match"] is True, specialised["mismatch"]  # eager, 1e-5
+    assert specialised["specialize"] is True and plain["specialize"] is False
+    assert plain["specialized_sites"] == []
+    on = flatten_outputs(torch.load(tmp_path / "on.pt"))
+    off = flatten_outputs(torch.load(tmp_path / "off.pt"))
+    assert len(on) == len(off) > 0
+    for a, b in zip(on, off):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.stride() == b.stride(), "the stage must return the layout the generated kernels return"
+        if a.is_floating_point():
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        else:
+            assert a.equal(b)
+
+
+def test_mobilenet_v2_convs_run_compiled_kernels_with_their_activations_fused(
+    predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    report = run_saving(predictor, models_dir / "mobilenet_v2.ptl", tmp_path / "out.pt")
+    sites = report["specialized_sites"]
+    kinds = sorted({tuple(site["fused"]) for site in sites})
+    assert kinds == [("aten::conv2d",), ("aten::conv2d", "aten::add.Tensor"), ("aten::conv2d", "aten::hardtanh_")]
+    assert len(sites) == 52  # every conv2d in the frozen model
+    for site in sites:
+        # 4 runs (the first, then --iters 3): the first prepares and checks (generated kernels), the rest run the
+        # compiled kernel.
+        assert (site["generated_calls"], site["specialized_calls"]) == (1, 3), site
+        assert site["notes"] == []
+    runs = {(s["function"], s["instruction"]): s["runs"] for s in report["call_sites"]}
+    for site in sites:
+        assert runs[(site["function"], site["instruction"])] == site["runs"]
+    fused_hardtanh = [s for s in report["call_sites"] if s["op"] == "aten::hardtanh_"]
+    assert fused_hardtanh and all(s["runs"] == "static+fused(conv2d,hardtanh_)" for s in fused_hardtanh)
+
+
+def test_no_specialize_leaves_every_call_site_on_its_generated_kernel(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--warmup", "0", "--json",
+                        "--no-specialize")
+    assert run.returncode == 0, run.stderr
+    report = run.json()
+    paths = {op["name"]: op["path"] for op in report["ops"]}
+    assert report["call_sites"] and all(site["runs"] == paths[site["op"]] for site in report["call_sites"])
+
+
+def test_text_report_names_the_specialised_sites(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "2", "--warmup", "0")
+    assert run.returncode == 0, run.stderr
+    assert "bind-time: 52 conv2d site(s) re-bound to oneDNN Graph kernels" in run.stdout
+    assert "35 static+fused(conv2d,hardtanh_)" in run.stdout
+
+
+class ShrinkingLoop(torch.nn.Module):
+    """One conv2d call site that sees a new input shape on every iteration: more shapes than a site keeps (a
+    loop whose trip count depends on the input, which freezing cannot unroll)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        while x.size(-1) > 14:  # 20 x 20 down to 15 x 15: 6 shapes
+            x = F.relu(self.conv(x))
+            x = x[:, :, 1:, 1:].contiguous()
+        return x
+
+
+def test_a_site_prepares_each_new_shape_and_keeps_generated_kernels_beyond_its_limit(
+    predictor: Path, tmp_path: Path
+) -> None:
+    model = save_frozen(ShrinkingLoop(), [torch.randn(1, 8, 20, 20)], tmp_path / "shrinking.ptl")
+    report = run_saving(predictor, model, tmp_path / "out.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    assert site["fused"] == ["aten::conv2d", "aten::relu"]
+    # 4 runs x 6 shapes: 4 shapes prepared (first call generated, then compiled), 2 beyond the limit.
+    assert site["specialized_calls"] == 4 * 3
+    assert site["generated_calls"] == 4 + 2 * 4
+
+
+class WeightAsInput(torch.nn.Module):
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.conv2d(x, weight))
+
+
+def test_a_conv_whose_weight_is_not_a_constant_keeps_its_generated_kernel(predictor: Path, tmp_path: Path) -> None:
+    model = save_frozen(WeightAsInput(), [torch.randn(1, 4, 8, 8), torch.randn(6, 4, 3, 3)], tmp_path / "w.ptl")
+    report = run_saving(predictor, model, tmp_path / "out.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    assert report["specialized_sites"] == []
+    conv = [s for s in report["call_sites"] if s["op"] == "aten::conv2d"]
+    assert [s["runs"] for s in conv] == ["static"]
+
+
+class ViewAfterConv(torch.nn.Module):
+    """A view of a conv's result: valid on the stock (contiguous) layout only, so the stage must not hand
+    the model channels_last tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        return y.view(y.size(0), 6, -1).sum(-1)
+
+
+def test_a_model_that_views_a_conv_result_still_runs(predictor: Path, tmp_path: Path) -> None:
+    model = save_frozen(ViewAfterConv(), [torch.randn(2, 3, 12, 12)], tmp_path / "view.ptl")
+    report = run_saving(predictor, model, tmp_path / "out.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    assert site["specialized_calls"] == 3
+
+
+def test_channels_last_inputs_give_channels_last_outputs_as_the_stock_kernels_do(
+    predictor: Path, tmp_path: Path
+) -> None:
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    x = torch.randn(1, 3, 10, 10).contiguous(memory_format=torch.channels_last)
+    model = save_frozen(conv, [x], tmp_path / "cl.ptl")
+    on = run_saving(predictor, model, tmp_path / "on.pt")
+    off = run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    assert on["outputs_match"] is True and off["outputs_match"] is True
+    a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
+    assert a.stride() == b.stride() and b.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_parallel_runs_of_a_specialised_model_agree(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "3", "--warmup", "0",
+                        "--parallel", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    report = run.json()
+    assert report["parallel"]["outputs_identical"] is True
+    assert all(site["specialized_calls"] > 0 for site in report["specialized_sites"])
+
+
+def test_specialised_steady_state_runs_fault_no_fresh_pages(predictor: Path, models_dir: Path) -> None:
+    # The first runs fault in the compiled kernels' buffers once; after them nothing is mmap'd per run.
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--threads", "1", "--warmup", "10", "--iters", "3",
+                        "--json")
+    assert run.returncode == 0, run.stderr
+    assert run.json()["page_faults_per_run"] < 50
