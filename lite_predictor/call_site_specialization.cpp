@@ -3,12 +3,14 @@
 #include <lite_predictor/onednn_partition.h>
 #include <lite_predictor/op_binding.h>
 
-#include <ATen/ops/allclose.h>
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/max.h>
 #include <ATen/core/stack.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <mutex>
 #include <sstream>
@@ -26,9 +28,27 @@ constexpr size_t kMaxShapesPerSite = 4;
 constexpr double kCheckRtol = 1e-5;
 constexpr double kCheckAtol = 1e-5;
 
+// A shape whose generated call took less than this is timed both ways before the compiled kernel is kept.
+constexpr double kRaceBelowMs = 0.25;
+constexpr int kRaceRounds = 3;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::string short_name(const std::string& op) {
   const auto colons = op.find("::");
   return colons == std::string::npos ? op : op.substr(colons + 2);
+}
+
+// max |got - expected| <= atol + rtol * max |expected|, computed in `expected`'s own memory (it is discarded):
+// four passes and no new buffer, where at::allclose makes six passes and four result-sized temporaries, whose
+// fresh pages cost most of the check on a first run.
+bool agrees(const at::Tensor& got, at::Tensor& expected) {
+  const auto [low, high] = at::aminmax(expected);
+  const double scale = std::max(std::abs(low.item<double>()), std::abs(high.item<double>()));
+  const double worst = expected.sub_(got).abs_().max().item<double>();
+  return std::isfinite(worst) && worst <= kCheckAtol + kCheckRtol * scale;
 }
 
 struct TensorShape {
@@ -104,6 +124,10 @@ class ConvSiteKernel {
   // The generated kernels, as the site would run without the stage.
   void run_generated(torch::jit::Stack& stack) const {
     generated_calls_.fetch_add(1, std::memory_order_relaxed);
+    run_generated_kernels(stack);
+  }
+
+  void run_generated_kernels(torch::jit::Stack& stack) const {
     conv_(stack);
     if (site_.post_op != PostOp::None) {
       for (const c10::IValue& argument : site_.post_op_arguments) {
@@ -163,16 +187,27 @@ class ConvSiteKernel {
     const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
     std::string why_not;
     const c10::MemoryFormat format = channels_last_ ? c10::MemoryFormat::ChannelsLast : input.suggest_memory_format();
-    auto partition = OnednnConvPartition::compile(site_, input_kept, residual_arg, format, why_not);
+    at::Tensor got;
+    auto partition = OnednnConvPartition::compile(site_, input_kept, residual_arg, format, got, why_not);
+    const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(conv_arguments_ + (residual ? 1 : 0)),
+        stack.end());
+    const auto generated_start = std::chrono::steady_clock::now();
     run_generated(stack); // the reference, and the result if the partition is not kept
+    const double generated_ms = ms_since(generated_start);
+    if (partition && generated_ms < kRaceBelowMs && !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
+      why_not = "the generated kernels were faster for this shape";
+      partition.reset();
+    }
     if (partition) {
-      const at::Tensor expected = stack.back().toTensor();
-      at::Tensor got = partition->run(input_kept, residual_arg);
-      if (at::allclose(got, expected, kCheckRtol, kCheckAtol)) {
+      at::Tensor expected = stack.back().toTensor();
+      if (agrees(got, expected)) { // (agrees consumes `expected`)
         stack.back() = std::move(got); // the layout later calls produce, so the next site prepares once
         prepared->partition = std::move(partition);
       } else {
         why_not = "its result differed from the generated kernels' beyond 1e-5";
+        torch::jit::Stack again = arguments;
+        run_generated_kernels(again);
+        stack.back() = std::move(again.back());
       }
     }
     if (!why_not.empty()) {
@@ -180,7 +215,25 @@ class ConvSiteKernel {
     }
     last_.store(prepared.get(), std::memory_order_release);
     prepared_.push_back(std::move(prepared));
-    prepare_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    prepare_ms_ += ms_since(start);
+  }
+
+  // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: the faster of
+  // the two, each timed over a few runs on this call's own tensors (the best run of each).
+  bool compiled_is_faster(const OnednnConvPartition& partition, const torch::jit::Stack& arguments,
+      const at::Tensor& input, const at::Tensor* residual) const {
+    double compiled = INFINITY, generated = INFINITY;
+    partition.run(input, residual); // oneDNN finishes preparing the weight on the run after compiling
+    for (int round = 0; round < kRaceRounds; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      partition.run(input, residual);
+      compiled = std::min(compiled, ms_since(start));
+      torch::jit::Stack stack = arguments;
+      start = std::chrono::steady_clock::now();
+      run_generated_kernels(stack);
+      generated = std::min(generated, ms_since(start));
+    }
+    return compiled < generated;
   }
 
   static std::string describe(const at::Tensor& t) {

@@ -4,7 +4,6 @@
 #include <ATen/ops/empty.h>
 
 #if AT_MKLDNN_ENABLED()
-#include <torch/csrc/jit/codegen/onednn/interface.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #endif
@@ -68,28 +67,6 @@ struct OnednnConvPartition::Impl {
 
 namespace {
 
-Node* find_fusion_group(torch::jit::Block* block) {
-  for (Node* node : block->nodes()) {
-    if (node->kind() == torch::jit::prim::oneDNNFusionGroup) {
-      return node;
-    }
-    for (torch::jit::Block* inner : node->blocks()) {
-      if (Node* found = find_fusion_group(inner)) {
-        return found;
-      }
-    }
-  }
-  return nullptr;
-}
-
-size_t count_kind(const Graph& graph, c10::Symbol kind) {
-  size_t count = 0;
-  for (const Node* node : graph.nodes()) {
-    count += node->kind() == kind ? 1 : 0;
-  }
-  return count;
-}
-
 // The site as a TorchScript graph whose values carry the sizes and strides oneDNN Graph compiles for.
 std::shared_ptr<Graph> site_graph(const ConvSite& site, const at::Tensor& input, const at::Tensor* residual,
     const at::Tensor& output_like, Value*& input_value, Value*& residual_value) {
@@ -126,20 +103,6 @@ std::shared_ptr<Graph> site_graph(const ConvSite& site, const at::Tensor& input,
   return graph;
 }
 
-c10::Symbol post_op_kind(PostOp op) {
-  switch (op) {
-    case PostOp::Relu:
-      return torch::jit::aten::relu;
-    case PostOp::Hardtanh:
-      return torch::jit::aten::hardtanh;
-    case PostOp::Add:
-      return torch::jit::aten::add;
-    case PostOp::None:
-      break;
-  }
-  return torch::jit::aten::conv2d;
-}
-
 } // namespace
 
 bool onednn_graph_available() {
@@ -147,7 +110,7 @@ bool onednn_graph_available() {
 }
 
 std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite& site, const at::Tensor& input,
-    const at::Tensor* residual, c10::MemoryFormat output_format, std::string& why_not) {
+    const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
   why_not = unsupported_because(site, input, residual);
   if (!why_not.empty()) {
     return nullptr;
@@ -155,33 +118,30 @@ std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite
   const at::Tensor output_like = at::empty(conv_output_sizes(site, input), input.options().memory_format(output_format));
   auto impl = std::make_unique<Impl>();
   try {
+    // The fusion group LibTorch's TorchScript fuser would form for this site, made directly: the site's graph as
+    // its subgraph, its result in a plain strided layout. (fuseGraph would get there through a dozen
+    // TorchScript passes: ~2 ms a site, most of a site's preparation.)
     Value* input_value = nullptr;
     Value* residual_value = nullptr;
-    impl->graph = site_graph(site, input, residual, output_like, input_value, residual_value);
-    torch::jit::fuser::onednn::fuseGraph(impl->graph);
-    Node* group = find_fusion_group(impl->graph->block());
-    if (group == nullptr) {
-      why_not = "oneDNN Graph formed no partition for it";
-      return nullptr;
-    }
-    const Graph& subgraph = *group->g(torch::jit::attr::Subgraph);
-    if (count_kind(subgraph, torch::jit::aten::conv2d) != 1 ||
-        (site.post_op != PostOp::None && count_kind(subgraph, post_op_kind(site.post_op)) != 1)) {
-      why_not = "oneDNN Graph's partition does not hold the whole site";
-      return nullptr;
-    }
-    for (Value* value : group->inputs()) {
-      // The fuser puts a shape guard in front of the group: its outputs stand for its inputs.
-      if (value->node()->kind() == torch::jit::prim::oneDNNFusionGuard) {
-        value = value->node()->inputs()[value->offset()];
-      }
+    std::shared_ptr<Graph> subgraph = site_graph(site, input, residual, output_like, input_value, residual_value);
+    impl->graph = std::make_shared<Graph>();
+    std::vector<Value*> group_inputs;
+    for (Value* value : subgraph->inputs()) {
+      group_inputs.push_back(impl->graph->addInput()->setType(value->type()));
       impl->input_order.push_back(value == input_value ? 0 : 1);
     }
+    Node* group = impl->graph->create(torch::jit::prim::oneDNNFusionGroup, group_inputs, 1);
+    group->g_(torch::jit::attr::Subgraph, subgraph);
+    group->is_(torch::jit::attr::output_layouts, {0}); // strided, not oneDNN's opaque layout
+    group->output()->setType(subgraph->outputs()[0]->type());
+    impl->graph->insertNode(group);
+    impl->graph->registerOutput(group->output());
     impl->operation = group->getOperation();
     std::unique_ptr<OnednnConvPartition> partition(new OnednnConvPartition(std::move(impl)));
     // oneDNN compiles on the first execution: do it now, so that a failure is this site's and not a run's.
-    const at::Tensor trial = partition->run(input, residual);
-    if (trial.sizes() != output_like.sizes() || trial.strides() != output_like.strides() || trial.is_mkldnn()) {
+    first_result = partition->run(input, residual);
+    if (first_result.sizes() != output_like.sizes() || first_result.strides() != output_like.strides() ||
+        first_result.is_mkldnn()) {
       why_not = "oneDNN Graph's result does not have the layout asked for";
       return nullptr;
     }
@@ -212,7 +172,7 @@ bool onednn_graph_available() {
 }
 
 std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite&, const at::Tensor&,
-    const at::Tensor*, c10::MemoryFormat, std::string& why_not) {
+    const at::Tensor*, c10::MemoryFormat, at::Tensor&, std::string& why_not) {
   why_not = "this LibTorch has no oneDNN Graph";
   return nullptr;
 }

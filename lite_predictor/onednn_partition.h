@@ -1,10 +1,11 @@
 // A conv2d call site (and the operation fused into it) compiled by oneDNN Graph, the graph compiler inside
 // LibTorch, for one input shape and layout.
 //
-// The partition is made the way LibTorch's own TorchScript fuser makes one: a small TorchScript graph of the
-// site (the input as its parameter; weight, bias and parameters as constants; the fused operation after the
-// conv) is handed to torch::jit::fuser::onednn::fuseGraph, and the fusion group it forms runs through its JIT
-// operator. oneDNN then reorders the constant weight once and caches it; every call runs the compiled kernel.
+// The partition is what LibTorch's own TorchScript fuser for oneDNN Graph (torch/csrc/jit/codegen/onednn) would
+// make of the site: a small TorchScript graph of it (the input as its parameter, typed with the input's sizes and
+// strides; weight, bias and parameters as constants; the fused operation after the conv) as the subgraph of a
+// prim::oneDNNFusionGroup node, run through that node's JIT operator (LibTorch's LlgaKernel). oneDNN compiles it
+// on its first execution, reorders the constant weight once and caches it; every call runs the compiled kernel.
 // Nothing here is LibTorch-internal state a .ptl could carry: it is made at run time, in this process.
 #pragma once
 
@@ -24,11 +25,12 @@ bool onednn_graph_available();
 
 class OnednnConvPartition {
  public:
-  // Compiles `site` for `input` (and, for PostOp::Add, `residual`), producing its result in `output_format`.
+  // Compiles `site` for `input` (and, for PostOp::Add, `residual`), producing its result in `output_format`,
+  // and runs it once on them (oneDNN compiles on the first execution): that result goes to `first_result`.
   // Returns null with `why_not` set when oneDNN Graph does not take the site (an unsupported dtype or
-  // parameters, no partition formed, a failed compilation).
+  // parameters, more than one partition, a failed compilation, a result in another layout).
   static std::unique_ptr<OnednnConvPartition> compile(const ConvSite& site, const at::Tensor& input,
-      const at::Tensor* residual, c10::MemoryFormat output_format, std::string& why_not);
+      const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
 
   ~OnednnConvPartition();
 

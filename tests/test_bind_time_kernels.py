@@ -67,11 +67,18 @@ def test_mobilenet_v2_convs_run_compiled_kernels_with_their_activations_fused(
     kinds = sorted({tuple(site["fused"]) for site in sites})
     assert kinds == [("aten::conv2d",), ("aten::conv2d", "aten::add.Tensor"), ("aten::conv2d", "aten::hardtanh_")]
     assert len(sites) == 52  # every conv2d in the frozen model
+    compiled = 0
     for site in sites:
         # 4 runs (the first, then --iters 3): the first prepares and checks (generated kernels), the rest run the
-        # compiled kernel.
-        assert (site["generated_calls"], site["specialized_calls"]) == (1, 3), site
-        assert site["notes"] == []
+        # compiled kernel, unless it lost the race a cheap call runs against the generated kernels.
+        if site["notes"]:
+            (note,) = site["notes"]
+            assert note.endswith("the generated kernels were faster for this shape"), note
+            assert (site["generated_calls"], site["specialized_calls"]) == (4, 0), site
+        else:
+            assert (site["generated_calls"], site["specialized_calls"]) == (1, 3), site
+            compiled += 1
+    assert compiled >= 40  # only a few of the cheapest 1x1 convs may lose their race
     runs = {(s["function"], s["instruction"]): s["runs"] for s in report["call_sites"]}
     for site in sites:
         assert runs[(site["function"], site["instruction"])] == site["runs"]
@@ -118,9 +125,12 @@ def test_a_site_prepares_each_new_shape_and_keeps_generated_kernels_beyond_its_l
     assert report["outputs_match"] is True, report["mismatch"]
     (site,) = report["specialized_sites"]
     assert site["fused"] == ["aten::conv2d", "aten::relu"]
-    # 4 runs x 6 shapes: 4 shapes prepared (first call generated, then compiled), 2 beyond the limit.
-    assert site["specialized_calls"] == 4 * 3
-    assert site["generated_calls"] == 4 + 2 * 4
+    # 4 runs x 6 shapes: 4 shapes prepared (first call generated, then compiled unless the generated kernels won
+    # the race of a cheap call), 2 beyond the limit (generated every time).
+    lost = sum(note.endswith("the generated kernels were faster for this shape") for note in site["notes"])
+    assert len(site["notes"]) == lost
+    assert site["specialized_calls"] == 3 * (4 - lost)
+    assert site["generated_calls"] == 4 + 3 * lost + 2 * 4
 
 
 class WeightAsInput(torch.nn.Module):
@@ -155,7 +165,11 @@ def test_a_model_that_views_a_conv_result_still_runs(predictor: Path, tmp_path: 
     report = run_saving(predictor, model, tmp_path / "out.pt")
     assert report["outputs_match"] is True, report["mismatch"]
     (site,) = report["specialized_sites"]
-    assert site["specialized_calls"] == 3
+    if site["notes"]:  # a cheap call: the generated kernels may win the race
+        assert site["notes"][0].endswith("the generated kernels were faster for this shape")
+        assert site["specialized_calls"] == 0
+    else:
+        assert site["specialized_calls"] == 3
 
 
 def test_channels_last_inputs_give_channels_last_outputs_as_the_stock_kernels_do(
@@ -177,7 +191,7 @@ def test_parallel_runs_of_a_specialised_model_agree(predictor: Path, models_dir:
     assert run.returncode == 0, run.stderr
     report = run.json()
     assert report["parallel"]["outputs_identical"] is True
-    assert all(site["specialized_calls"] > 0 for site in report["specialized_sites"])
+    assert all(site["specialized_calls"] > 0 for site in report["specialized_sites"] if not site["notes"])
 
 
 def test_specialised_steady_state_runs_fault_no_fresh_pages(predictor: Path, models_dir: Path) -> None:
