@@ -8,19 +8,24 @@ Mode parse_mode(const std::string& text) {
   if (text == "static") {
     return Mode::Static;
   }
+  if (text == "static_plain") {
+    return Mode::StaticPlain;
+  }
   if (text == "static_stock") {
     return Mode::StaticStock;
   }
   if (text == "dynamic") {
     return Mode::Dynamic;
   }
-  throw std::runtime_error("unknown mode '" + text + "' (expected static, static_stock or dynamic)");
+  throw std::runtime_error("unknown mode '" + text + "' (expected static, static_plain, static_stock or dynamic)");
 }
 
 const char* mode_name(Mode mode) {
   switch (mode) {
     case Mode::Static:
       return "static";
+    case Mode::StaticPlain:
+      return "static_plain";
     case Mode::StaticStock:
       return "static_stock";
     case Mode::Dynamic:
@@ -32,7 +37,8 @@ const char* mode_name(Mode mode) {
 std::unique_ptr<Model> load_model(const std::string& path, Mode mode) {
   LoadOptions options;
   options.dispatch = mode == Mode::Dynamic ? Dispatch::Dynamic : Dispatch::Static;
-  options.interpreter = mode == Mode::Static ? Interpreter::Lightweight : Interpreter::Stock;
+  options.interpreter = mode == Mode::Static || mode == Mode::StaticPlain ? Interpreter::Lightweight : Interpreter::Stock;
+  options.specialize = mode == Mode::Static;
   try {
     return std::make_unique<Model>(Model::load(path, options));
   } catch (const Error& e) {

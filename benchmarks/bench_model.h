@@ -17,7 +17,10 @@ namespace lightweight_dispatch::bench {
 // which separates what the loop costs from what the kernel call costs.
 // "dynamic": the stock loader and interpreter, operators through the dispatcher.
 // "floor" is not a module: see kernel_floor.h.
-enum class Mode { Static, StaticStock, Dynamic };
+// Static: what lite_predictor runs (generated kernels, the bind-time stage, its own loop); StaticPlain: the same
+// without the bind-time stage (--no-specialize); StaticStock: generated kernels in LibTorch's loop, no stage;
+// Dynamic: the stock interpreter and dispatcher.
+enum class Mode { Static, StaticPlain, StaticStock, Dynamic };
 
 Mode parse_mode(const std::string& text);
 const char* mode_name(Mode mode);

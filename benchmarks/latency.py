@@ -29,7 +29,7 @@ from benchmarks.figures import Section, Target
 from test_models import MODELS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODES = ("static", "dynamic", "python_eager", "python_lite", "onnxruntime", "executorch")
+MODES = ("static", "static_plain", "dynamic", "python_eager", "python_lite", "onnxruntime", "executorch")
 PEER_MODES = ("onnxruntime", "executorch")  # run by the peers' environment (benchmarks/peers_env.py)
 # Issue #13's targets against ONNX Runtime (static's median per-round ratio to ORT's), by model and threads.
 # The issue gives the detection heads' without a thread count: they are judged at both. It names one for "the
@@ -48,6 +48,7 @@ LATENCY_MODELS = ("mobilenet_v2", "quantized_mobilenet_v2", "ssdlite_head_convs"
                   "ssdlite_large_head_convs", "ssdlite_large_head", "roi_head", "detection_ops")
 TARGET_RATIO = 1.03  # static's median at most 3% above dynamic's
 QUANTIZED_TARGET_RATIO = 1.0  # quantized models: static no slower than dynamic at all
+SPECIALIZED_TARGET_RATIO = 1.03  # issue #13: the bind-time stage makes no model slower than plain static beyond noise
 BURST_ROUNDS, BURST_LENGTH = 6, 5  # warm-cache figures: interleaved bursts of consecutive runs
 
 
@@ -113,7 +114,8 @@ def peer_server(peers_python: Path, mode: str) -> list[str]:
 
 def server_for(mode: str) -> str:
     """Which server runs a mode: "cpp", "python", or the peer's own (named as the mode)."""
-    return {"static": "cpp", "dynamic": "cpp", "python_eager": "python", "python_lite": "python"}.get(mode, mode)
+    return {"static": "cpp", "static_plain": "cpp", "dynamic": "cpp", "python_eager": "python",
+            "python_lite": "python"}.get(mode, mode)
 
 
 @dataclass
@@ -153,9 +155,9 @@ def load_runners(name: str, models_dir: Path, servers: dict[str, LatencyServer],
 
 
 def round_order(modes: list[str], rng: random.Random) -> list[str]:
-    """A fresh random order, with static and dynamic adjacent (in random order) so the two runs the target
-    compares see the same machine conditions as nearly as possible."""
-    pair = [m for m in ("static", "dynamic") if m in modes]
+    """A fresh random order, with static, static_plain and dynamic adjacent (in random order) so the runs the
+    targets compare see the same machine conditions as nearly as possible."""
+    pair = [m for m in ("static", "static_plain", "dynamic") if m in modes]
     rng.shuffle(pair)
     units: list[list[str]] = [pair] if pair else []
     units += [[m] for m in modes if m not in pair]
@@ -223,9 +225,11 @@ def steady_state(server_binary: Path, name: str, models_dir: Path, threads: int,
 def cold_start_command(predictor: Path, name: str, models_dir: Path, mode: str, threads: int,
                        peers_python: Path | None) -> list[str]:
     """One fresh process that loads `name` in `mode`, runs it once and prints {"load_ms", "first_run_ms"}."""
-    if mode in ("static", "dynamic"):
-        return [str(predictor), str(models_dir / f"{name}.ptl"), "--dispatch", mode, "--iters", "1", "--warmup", "0",
-                "--threads", str(threads), "--json"]
+    if mode in ("static", "static_plain", "dynamic"):
+        dispatch = "dynamic" if mode == "dynamic" else "static"
+        plain = ["--no-specialize"] if mode == "static_plain" else []
+        return [str(predictor), str(models_dir / f"{name}.ptl"), "--dispatch", dispatch, "--iters", "1", "--warmup", "0",
+                "--threads", str(threads), "--json", *plain]
     python = peers_python if mode in PEER_MODES else Path(sys.executable)
     return [str(python), "-m", "benchmarks.cold_start", name, "--mode", mode, "--models-dir", str(models_dir),
             "--threads", str(threads)]
@@ -384,7 +388,24 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
     else:
         section.targets.append(Target(f"latency {name}, {threads} thread(s): static <= {target_ratio(name)} x dynamic",
                                       None, "static or dynamic could not run: see skipped"))
+    record_ratio_to_plain_static(name, threads, samples, section)
     record_ratio_to_ort(name, threads, samples, section)
+
+
+def record_ratio_to_plain_static(name: str, threads: int, samples: Samples, section: Section) -> None:
+    """static (with the bind-time stage) / static_plain (--no-specialize), per round: the stage's effect alone."""
+    prefix = f"latency/{name}/threads_{threads}"
+    label = (f"latency {name}, {threads} thread(s): static <= {SPECIALIZED_TARGET_RATIO} x static without the "
+             "bind-time stage (median per-round ratio)")
+    ratio = paired_ratio(samples.rounds, "static", "static_plain")
+    if ratio is None:
+        section.targets.append(Target(label, None, "static or static_plain could not run: see skipped"))
+        return
+    section.add(f"{prefix}/static_to_static_plain", round(ratio[0], 3), "ratio",
+                "median over rounds of static / static without the bind-time stage in the same round")
+    section.add(f"{prefix}/static_to_static_plain_ci95", f"{ratio[1]:.3f}-{ratio[2]:.3f}", "ratio interval")
+    section.targets.append(Target(label, ratio[0] <= SPECIALIZED_TARGET_RATIO,
+                                  f"median per-round ratio {ratio[0]:.3f} (95% interval {ratio[1]:.3f}-{ratio[2]:.3f})"))
 
 
 def measure(server_binary: Path, predictor: Path, models_dir: Path, threads: tuple[int, ...] = (1, 2),

@@ -218,7 +218,7 @@ def test_each_mode_has_its_server_and_the_peers_cold_start_uses_their_python(tmp
     from benchmarks.latency import MODES, PEER_MODES, cold_start_command, server_for
 
     assert {mode: server_for(mode) for mode in MODES} == {
-        "static": "cpp", "dynamic": "cpp", "python_eager": "python", "python_lite": "python",
+        "static": "cpp", "static_plain": "cpp", "dynamic": "cpp", "python_eager": "python", "python_lite": "python",
         "onnxruntime": "onnxruntime", "executorch": "executorch"}
     peers = tmp_path / "peers" / "bin" / "python"
     for mode in PEER_MODES:
@@ -227,6 +227,10 @@ def test_each_mode_has_its_server_and_the_peers_cold_start_uses_their_python(tmp
     assert cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "python_lite", 1, peers)[0] == sys.executable
     assert cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "static", 1, peers)[:2] == [
         str(tmp_path / "lite_predictor"), str(tmp_path / "m.ptl")]
+    plain = cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "static_plain", 1, peers)
+    assert plain[plain.index("--dispatch") + 1] == "static" and "--no-specialize" in plain
+    static = cold_start_command(tmp_path / "lite_predictor", "m", tmp_path, "static", 1, peers)
+    assert "--no-specialize" not in static
 
 
 def test_latency_table_has_a_column_per_mode_and_the_ratios_to_onnxruntime() -> None:
@@ -382,3 +386,22 @@ def test_a_failed_export_leaves_nothing_to_reuse(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="no mapping"):
         cached_export(model, tmp_path / "cache", "exporter", ".pte", export)
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_bind_time_stage_is_judged_against_plain_static_in_the_same_rounds() -> None:
+    from benchmarks.figures import Section
+    from benchmarks.latency import Samples, record_ratio_to_plain_static
+
+    samples = Samples(rounds=[{"static": 5.0, "static_plain": 10.0}, {"static": 6.0, "static_plain": 10.0},
+                              {"static": 11.0, "static_plain": 10.0}])
+    section = Section()
+    record_ratio_to_plain_static("mobilenet_v2", 1, samples, section)
+    assert section.get("latency/mobilenet_v2/threads_1/static_to_static_plain") == 0.6
+    (target,) = section.targets
+    assert target.met is True and "static without the bind-time stage" in target.name
+    slower = Section()
+    record_ratio_to_plain_static("m", 1, Samples(rounds=[{"static": 1.1, "static_plain": 1.0}]), slower)
+    assert slower.targets[0].met is False
+    missing = Section()
+    record_ratio_to_plain_static("m", 1, Samples(rounds=[{"static": 1.0}]), missing)
+    assert missing.targets[0].met is None
