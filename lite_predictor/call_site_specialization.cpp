@@ -64,14 +64,34 @@ struct TensorShape {
 
 } // namespace
 
+// The layout a site gives its result.
+enum class ResultLayout {
+  ChannelsLast, // it only feeds other sites (or permutes, in a model with no operator that minds layouts)
+  Contiguous,   // it reaches other operators, and its input came channels_last from a site: the stock kernels
+                // would have had (and returned) a contiguous tensor
+  AsInput,      // it reaches other operators: as the kernels would lay it out from this input
+};
+
+const char* result_layout_name(ResultLayout layout) {
+  switch (layout) {
+    case ResultLayout::ChannelsLast:
+      return "channels_last";
+    case ResultLayout::Contiguous:
+      return "contiguous";
+    case ResultLayout::AsInput:
+      return "as its input";
+  }
+  return "?";
+}
+
 // The operator a specialised conv2d site is re-bound to. Its stack holds what the generated conv2d kernel
 // would pop (the input and the constants after it) and, for a fused add, the tensor added beneath them.
 class ConvSiteKernel {
  public:
   ConvSiteKernel(ConvSite site, size_t conv_arguments, StackOperation conv, StackOperation post_op,
-      bool channels_last)
+      ResultLayout layout)
       : site_(std::move(site)), conv_arguments_(conv_arguments), conv_(std::move(conv)), post_op_(std::move(post_op)),
-        channels_last_(channels_last) {}
+        layout_(layout) {}
 
   void operator()(torch::jit::Stack& stack) const {
     const c10::IValue& input_value = stack[stack.size() - conv_arguments_];
@@ -135,6 +155,9 @@ class ConvSiteKernel {
       }
       post_op_(stack);
     }
+    if (layout_ == ResultLayout::Contiguous && !stack.back().toTensor().is_contiguous()) {
+      stack.back() = stack.back().toTensor().contiguous(); // given a site's channels_last result
+    }
   }
 
   // What these tensors' shape was prepared with (a null partition: the generated kernels), or null if it was
@@ -186,7 +209,9 @@ class ConvSiteKernel {
     const at::Tensor residual_kept = residual != nullptr ? *residual : at::Tensor();
     const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
     std::string why_not;
-    const c10::MemoryFormat format = channels_last_ ? c10::MemoryFormat::ChannelsLast : input.suggest_memory_format();
+    const c10::MemoryFormat format = layout_ == ResultLayout::ChannelsLast ? c10::MemoryFormat::ChannelsLast
+                                     : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
+                                                                           : input.suggest_memory_format();
     at::Tensor got;
     auto partition = OnednnConvPartition::compile(site_, input_kept, residual_arg, format, got, why_not);
     const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(conv_arguments_ + (residual ? 1 : 0)),
@@ -245,7 +270,7 @@ class ConvSiteKernel {
   ConvSite site_;
   size_t conv_arguments_;
   StackOperation conv_, post_op_;
-  bool channels_last_;
+  ResultLayout layout_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Prepared>> prepared_; // appended under the mutex, never removed
   mutable std::atomic<const Prepared*> last_{nullptr};
@@ -286,15 +311,31 @@ std::string runs_description(const ConvSite& site) {
 
 } // namespace
 
-std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module) {
+ResultLayout layout_of(size_t site, const SiteDataflow& flow, bool model_minds_layout) {
+  if (flow.feeds_only_sites[site] || (flow.escapes_only_to_layout_free_ops[site] && !model_minds_layout)) {
+    return ResultLayout::ChannelsLast;
+  }
+  const int from = flow.input_from_site[site];
+  return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
+}
+
+std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module, const ReturnCount& returns_of) {
   auto result = std::make_shared<Specialization>();
   if (!onednn_graph_available()) {
     return result;
   }
-  result->channels_last_ = !model_is_layout_sensitive(module);
+  // A channels_last result may also go to a permute (an SSD head's permute-reshape is then a view, not a copy),
+  // unless the model calls an operator that minds layouts somewhere (what the permute's result reaches is not
+  // traced). Elsewhere a channels_last tensor can cost more than it saves (small elementwise ops run slower on it).
+  const bool model_minds_layout = model_is_layout_sensitive(module);
   for (torch::jit::mobile::Function* function : functions_to_run(module)) {
     auto& code = const_cast<torch::jit::mobile::Function*>(function)->get_code();
-    for (ConvSite& site : find_conv_sites(code)) {
+    std::vector<ConvSite> sites = find_conv_sites(code);
+    const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
+    for (size_t index = 0; index < sites.size(); ++index) {
+      ConvSite& site = sites[index];
+      const ResultLayout layout = layout_of(index, flow, model_minds_layout);
+      result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[index];
       const auto& conv_inst = code.instructions_[site.conv_instruction];
       const int given = code.operator_input_sizes_[conv_inst.X];
       const size_t conv_arguments = given < 0 ? 7 : static_cast<size_t>(given);
@@ -308,6 +349,7 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       entry.report.instruction = site.conv_instruction;
       entry.report.fused = {"aten::conv2d"};
       entry.report.runs = runs_description(site);
+      entry.report.result_layout = result_layout_name(layout);
       if (site.post_op != PostOp::None) {
         entry.report.fused.push_back(site.post_op_operator);
         entry.report.fused_instruction = site.post_op_instruction;
@@ -318,7 +360,7 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       }
       const size_t conv_pc = site.conv_instruction;
       entry.kernel = std::make_shared<ConvSiteKernel>(
-          std::move(site), conv_arguments, std::move(conv), std::move(post_op), result->channels_last_);
+          std::move(site), conv_arguments, std::move(conv), std::move(post_op), layout);
       rebind_instruction(code, conv_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }

@@ -5,8 +5,10 @@
 // checked once against the generated kernel on that call, and from then on runs the compiled partition; a
 // site oneDNN Graph does not take, or whose check fails, or that sees more shapes than it keeps, runs its
 // generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
-// safe. Between specialised sites tensors stay channels_last, unless the model calls an operator whose result
-// depends on strides (a view); Model restores the stock layout of what the model returns.
+// safe. A result is channels_last, the layout oneDNN's kernels run fastest in, where that is free: when it only
+// ever feeds other sites (traced through the bytecode), or also permutes in a model that calls no operator
+// minding a tensor's layout (views, stride queries). Other results have the layout the generated kernels would
+// give them. Model gives what the model returns the stock layout (restore_stock_layout).
 #pragma once
 
 #include <lightweight_dispatch/runtime.h>
@@ -30,23 +32,26 @@ class Specialization {
   std::vector<SpecializedSiteReport> sites() const;
   // What the call site at `instruction` of `function` runs, or null if the stage left it alone.
   const std::string* runs(const std::string& function, size_t instruction) const;
-  bool channels_last_between_sites() const {
-    return channels_last_;
+  // Some channels_last result may reach what the model returns: Model restores the stock layout.
+  bool may_return_channels_last() const {
+    return returns_channels_last_;
   }
 
  private:
-  friend std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module);
+  friend std::shared_ptr<Specialization> specialize_call_sites(
+      torch::jit::mobile::Module& module, const ReturnCount& returns_of);
   struct Site {
     SpecializedSiteReport report;
     std::shared_ptr<ConvSiteKernel> kernel;
   };
   std::vector<Site> sites_;
-  bool channels_last_ = false;
+  bool returns_channels_last_ = false;
 };
 
-// Re-binds the module's specialisable call sites (bind_static must have run). The module must outlive
-// nothing the result refers to: the re-bound operators hold their own state.
-std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module);
+// Re-binds the module's specialisable call sites (bind_static must have run); `returns_of` tells how many values
+// each operator the model calls pushes, for tracing where results go. The re-bound operators hold their own
+// state: the result only reports on them.
+std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module, const ReturnCount& returns_of);
 
 // Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
 // which the stock kernels, too, would return channels_last results).

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/jit/mobile/code.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +48,26 @@ struct ConvSite {
 // straight run of pushes).
 std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code);
 
-// Operators whose results depend on a tensor's strides (views that fail on a channels_last tensor, stride
-// queries): a function calling one must see tensors in the layout the stock kernels would give them.
+// Operators that mind a tensor's layout: views that fail on a channels_last tensor, and stride queries.
 bool is_layout_sensitive(const std::string& op_name);
+
+// How many values an operator pushes (its schema's returns), or nullopt if unknown.
+using ReturnCount = std::function<std::optional<size_t>(const std::string& op_name)>;
+
+// Where each site's result goes, from running the function's bytecode symbolically up to its first jump, call
+// or other instruction whose effect on the stack it does not follow (beyond it, nothing is proven).
+struct SiteDataflow {
+  // Per site: its result is used, and only as the input (or, for a fused add, the tensor added) of other sites.
+  // Such a result may have any layout: no other operator, and not the model's caller, ever sees it.
+  std::vector<bool> feeds_only_sites;
+  // Per site: the site whose result is its input, or -1 (a model input, another operator's result, unknown).
+  std::vector<int> input_from_site;
+  // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
+  // saves (permute, reshape: a detection head rearranging its maps; aten::append, a head collecting them).
+  std::vector<bool> escapes_only_to_layout_free_ops;
+};
+
+SiteDataflow trace_site_results(
+    const torch::jit::mobile::Code& code, const std::vector<ConvSite>& sites, const ReturnCount& returns_of);
 
 } // namespace lightweight_dispatch

@@ -4,11 +4,13 @@
 #include <ATen/ops/empty.h>
 
 #if AT_MKLDNN_ENABLED()
+#include <torch/csrc/jit/codegen/onednn/interface.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #endif
 
 #include <exception>
+#include <mutex>
 
 namespace lightweight_dispatch {
 
@@ -103,6 +105,18 @@ std::shared_ptr<Graph> site_graph(const ConvSite& site, const at::Tensor& input,
   return graph;
 }
 
+// oneDNN Graph keeps a constant input (the weight) in the layout its kernel wants, reordered once, only with its
+// constant tensor cache on; LibTorch exports no switch for it but turns it on in its fuser's entry point. Running
+// that pass once on an identity graph does nothing else (measured: MobileNetV2 7.5 -> 6.3 ms with it).
+void enable_constant_weight_cache() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto identity = std::make_shared<Graph>();
+    identity->registerOutput(identity->addInput("x")->setType(c10::TensorType::get()));
+    torch::jit::fuser::onednn::fuseGraph(identity);
+  });
+}
+
 } // namespace
 
 bool onednn_graph_available() {
@@ -115,6 +129,7 @@ std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite
   if (!why_not.empty()) {
     return nullptr;
   }
+  enable_constant_weight_cache();
   const at::Tensor output_like = at::empty(conv_output_sizes(site, input), input.options().memory_format(output_format));
   auto impl = std::make_unique<Impl>();
   try {

@@ -143,6 +143,7 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
     const SpecializedCallSite& site = report.specialized_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
         << ", \"fused\": " << json_string_list(site.fused) << ", \"runs\": " << json_string(site.runs)
+        << ", \"result_layout\": " << json_string(site.result_layout)
         << ", \"specialized_calls\": " << site.specialized_calls << ", \"generated_calls\": " << site.generated_calls
         << ", \"prepare_ms\": " << site.prepare_ms << ", \"notes\": " << json_string_list(site.notes) << "}";
   }

@@ -20,6 +20,7 @@
 #include <torch/csrc/jit/mobile/module.h>
 #include <torch/csrc/jit/mobile/parse_operators.h>
 #include <torch/csrc/jit/runtime/instruction.h>
+#include <torch/csrc/jit/runtime/operator.h>
 
 #include <chrono>
 #include <map>
@@ -89,6 +90,20 @@ void check_argument_count(const torch::jit::mobile::Method& method, const std::v
   }
 }
 
+// How many values an operator pushes: its generated kernel's schema, or the JIT registry's for the operators the
+// interpreter implements itself.
+std::optional<size_t> operator_return_count(const std::string& op, const KernelIndex& index) {
+  if (const GeneratedKernel* kernel = index.find(op)) {
+    return parse_kernel_schema(*kernel).returns().size();
+  }
+  const auto dot = op.find('.');
+  const c10::OperatorName name(op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1));
+  if (const auto found = torch::jit::findOperatorFor(name)) {
+    return found->schema().returns().size();
+  }
+  return std::nullopt;
+}
+
 Interpreter interpreter_of(const LoadOptions& options) {
   return options.interpreter.value_or(options.dispatch == Dispatch::Static ? Interpreter::Lightweight : Interpreter::Stock);
 }
@@ -107,8 +122,7 @@ struct Model::Impl {
   torch::jit::mobile::Module module;
   std::vector<OperatorUse> operators;
   std::shared_ptr<Specialization> specialization; // static dispatch with LoadOptions::specialize
-  // The stage may leave returned tensors channels_last: give them the stock layout (see restore_stock_layout).
-  bool restores_layout = false;
+  bool restores_layout = false; // the stage may return channels_last tensors the stock kernels would not
   // Lightweight interpreter: one per method, prepared (bytecode checked) on first use under the mutex;
   // forward's at load. Read-only once prepared, so runs need no lock.
   mutable std::mutex interpreters_mutex;
@@ -149,8 +163,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   auto impl = std::make_unique<Impl>(path, options);
   impl->module = load_module(path, options.dispatch, impl->timings);
   auto start = Clock::now();
+  const KernelIndex index(options.kernels.kernels);
   if (options.dispatch == Dispatch::Static) {
-    const KernelIndex index(options.kernels.kernels);
     try {
       impl->operators = as_operator_uses(bind_static(impl->module, index));
     } catch (const BindingError& e) {
@@ -162,9 +176,10 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   impl->timings.bind_ms = ms_since(start);
   start = Clock::now();
   if (options.dispatch == Dispatch::Static && options.specialize) {
-    impl->specialization = specialize_call_sites(impl->module);
-    impl->restores_layout =
-        impl->specialization->channels_last_between_sites() && !impl->specialization->sites().empty();
+    impl->specialization = specialize_call_sites(impl->module, [&index](const std::string& op) {
+      return operator_return_count(op, index);
+    });
+    impl->restores_layout = impl->specialization->may_return_channels_last();
   }
   impl->timings.specialize_ms = ms_since(start);
   start = Clock::now();

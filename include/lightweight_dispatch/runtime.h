@@ -107,9 +107,9 @@ struct LoadOptions {
   bool keep_large_allocations_in_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d call sites whose weight and parameters are constants (a
   // frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape, with a
-  // directly following relu, hardtanh (ReLU6) or residual add fused in, channels_last between them; each
-  // shape is checked once against the generated kernels. Off: every site runs its generated kernel, bit for
-  // bit the stock kernels' results.
+  // directly following relu, hardtanh (ReLU6) or residual add fused in, channels_last where a result only
+  // feeds other such sites; each shape is checked once against the generated kernels (and raced against them
+  // when the call is cheap). Off: every site runs its generated kernel, bit for bit the stock kernels' results.
   bool specialize = true;
 };
 
@@ -138,6 +138,9 @@ struct SpecializedCallSite {
   std::vector<std::string> fused; // the operators its kernel runs: {"aten::conv2d", "aten::hardtanh_"}
   size_t fused_instruction = 0;   // the absorbed operator's OP instruction (fused.size() > 1), now a no-op
   std::string runs;               // as in CallSite::runs
+  // "channels_last" (the result only feeds other specialised sites), "contiguous" or "as its input" (what the
+  // generated kernels would give the operators and callers that see it)
+  std::string result_layout;
   int64_t specialized_calls = 0;  // calls served by the compiled kernel
   int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
   std::vector<std::string> notes; // why a shape keeps the generated kernels
