@@ -86,6 +86,20 @@ def test_mobilenet_v2_convs_run_compiled_kernels_with_their_activations_fused(
     assert fused_hardtanh and all(s["runs"] == "static+fused(conv2d,hardtanh_)" for s in fused_hardtanh)
 
 
+def test_results_are_channels_last_only_where_they_feed_other_sites(predictor: Path, models_dir: Path) -> None:
+    # MobileNetV2: every conv feeds the next one (or a fused residual add) except the last, which feeds the
+    # classifier's pooling: that one gives the generated kernels' (contiguous) layout.
+    report = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--warmup", "0", "--json").json()
+    layouts = [site["result_layout"] for site in report["specialized_sites"]]
+    assert layouts == ["channels_last"] * 51 + ["contiguous"]
+    # typed_arguments: its convs feed small elementwise ops, which run slower on channels_last tensors.
+    report = run_predictor(predictor, models_dir / "typed_arguments.ptl", "--iters", "1", "--warmup", "0", "--json").json()
+    assert {site["result_layout"] for site in report["specialized_sites"]} == {"as its input"}
+    # The SSDLite head rearranges its maps with permute and reshape, which take channels_last for free.
+    report = run_predictor(predictor, models_dir / "ssdlite_head.ptl", "--iters", "1", "--warmup", "0", "--json").json()
+    assert {site["result_layout"] for site in report["specialized_sites"]} == {"channels_last"}
+
+
 def test_no_specialize_leaves_every_call_site_on_its_generated_kernel(predictor: Path, models_dir: Path) -> None:
     run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--warmup", "0", "--json",
                         "--no-specialize")
@@ -165,6 +179,7 @@ def test_a_model_that_views_a_conv_result_still_runs(predictor: Path, tmp_path: 
     report = run_saving(predictor, model, tmp_path / "out.pt")
     assert report["outputs_match"] is True, report["mismatch"]
     (site,) = report["specialized_sites"]
+    assert site["result_layout"] == "as its input"  # a view sees it: never channels_last
     if site["notes"]:  # a cheap call: the generated kernels may win the race
         assert site["notes"][0].endswith("the generated kernels were faster for this shape")
         assert site["specialized_calls"] == 0
