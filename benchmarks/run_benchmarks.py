@@ -61,9 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="latency: untimed rounds first (default: %(default)s)")
     parser.add_argument("--cold-reps", type=int, default=3,
                         help="latency: fresh processes per mode for load and first inference (default: %(default)s)")
-    parser.add_argument("--omp-wait-policy", default="PASSIVE", choices=("PASSIVE", "ACTIVE", "default"),
-                        help="OMP_WAIT_POLICY for the latency processes (default: %(default)s: two processes taking "
-                             "turns on 2 cores otherwise spin against each other; 'default' leaves it unset)")
+    parser.add_argument("--omp-wait-policy", default="default", choices=("PASSIVE", "ACTIVE", "default"),
+                        help="OMP_WAIT_POLICY for the latency processes (default: %(default)s, unset, as an app runs "
+                             "LibTorch; PASSIVE puts OpenMP's workers to sleep after every parallel region, which "
+                             "spares the other processes' turns but makes LibTorch's 2-thread runs 2-3x slower: "
+                             "benchmarks/README.md). Only 2-thread runs have OpenMP workers.")
     parser.add_argument("--copy-plot", type=Path, default=None,
                         help="also copy the plot here (e.g. docs/bench.png, the README's picture)")
     return parser.parse_args(argv)

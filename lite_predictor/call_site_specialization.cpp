@@ -28,8 +28,9 @@ constexpr size_t kMaxShapesPerSite = 4;
 constexpr double kCheckRtol = 1e-5;
 constexpr double kCheckAtol = 1e-5;
 
-// A shape whose generated call took less than this is timed both ways before the compiled kernel is kept.
-constexpr double kRaceBelowMs = 0.25;
+// A cheap call (fewer multiply-adds than this: ~0.3 ms of convolution here) is timed both ways before the compiled
+// kernel is kept: its fixed cost per call (~5 us) can outweigh what it saves.
+constexpr double kRaceBelowMacs = 8e6;
 constexpr int kRaceRounds = 3;
 
 double ms_since(std::chrono::steady_clock::time_point start) {
@@ -216,10 +217,9 @@ class ConvSiteKernel {
     auto partition = OnednnConvPartition::compile(site_, input_kept, residual_arg, format, got, why_not);
     const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(conv_arguments_ + (residual ? 1 : 0)),
         stack.end());
-    const auto generated_start = std::chrono::steady_clock::now();
     run_generated(stack); // the reference, and the result if the partition is not kept
-    const double generated_ms = ms_since(generated_start);
-    if (partition && generated_ms < kRaceBelowMs && !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
+    if (partition && multiply_adds(stack.back().toTensor()) < kRaceBelowMacs &&
+        !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
       why_not = "the generated kernels were faster for this shape";
       partition.reset();
     }
@@ -243,8 +243,8 @@ class ConvSiteKernel {
     prepare_ms_ += ms_since(start);
   }
 
-  // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: the faster of
-  // the two, each timed over a few runs on this call's own tensors (the best run of each).
+  // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
+  // the generated kernels, each timed over a few runs on this call's own tensors (the best run of each).
   bool compiled_is_faster(const OnednnConvPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
     double compiled = INFINITY, generated = INFINITY;
@@ -259,6 +259,11 @@ class ConvSiteKernel {
       generated = std::min(generated, ms_since(start));
     }
     return compiled < generated;
+  }
+
+  // The convolution's multiply-adds for a result of these sizes.
+  double multiply_adds(const at::Tensor& result) const {
+    return static_cast<double>(result.numel()) * static_cast<double>(site_.weight.numel() / site_.weight.size(0));
   }
 
   static std::string describe(const at::Tensor& t) {
