@@ -281,7 +281,7 @@ def plot(path: Path, sections: dict[str, Section]) -> None:
     import matplotlib.pyplot as plt
 
     per_op, latency, size = (sections.get(n, Section()) for n in SECTION_NAMES)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1.2, 1.6, 0.7]})
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.6), gridspec_kw={"width_ratios": [1.0, 2.4, 0.6]})
     for ax, section, draw in ((axes[0], per_op, _plot_per_op), (axes[1], latency, _plot_latency),
                               (axes[2], size, _plot_size)):
         if section.figures:
@@ -341,8 +341,8 @@ def _plot_latency(ax, section: Section) -> None:
         ax.bar([g + offset for g in range(len(groups))], values, width, label=MODE_LABELS[mode], color=colors[mode])
     ax.axhline(1.0, color=DYNAMIC, linewidth=1, label="dynamic (= 1)")
     ax.axhline(1.03, color="black", linestyle="dashed", linewidth=1, label="target for static: 1.03")
-    labels = [f"{m} ({t}t)\n{section.get(f'latency/{m}/threads_{t}/dynamic/median_ms'):.1f} ms" for m, t in groups]
-    ax.set_xticks(range(len(groups)), labels, fontsize=7, rotation=25, ha="right")
+    labels = [f"{m} ({t}t) {section.get(f'latency/{m}/threads_{t}/dynamic/median_ms'):.2f} ms" for m, t in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=6.5, rotation=40, ha="right", rotation_mode="anchor")
     # Log scale: the detection heads' Python columns run plain-torch reference ops, tens of times slower.
     ax.set_yscale("log", base=2)
     ax.set_ylabel("median latency / dynamic's median (log scale)")
