@@ -1,6 +1,7 @@
 // The public API from C++ alone (include/lightweight_dispatch/runtime.h), as an app uses it:
 //   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl
-// Checks that a good model runs from 4 threads at once bit for bit like one thread, that a model calling
+// Checks that a good model runs from 4 threads at once bit for bit like one thread (also its first calls, which
+// prepare the bind-time stage's kernels), that a model calling
 // operators the build lacks is one MissingOperatorsError listing all of them, that a damaged file is a
 // ModelLoadError rather than a crash, and that bad inputs are an InputError. Prints one line per check
 // and "api_check: N passed, N failed".
@@ -111,6 +112,44 @@ void bad_inputs_are_an_input_error(const std::string& model_path, const std::str
 
 } // namespace
 
+// The bind-time stage through the API: first calls from 4 threads at once (each site prepared once, under its
+// lock) agree bit for bit, the compiled kernels serve the calls after them, and specialize = false re-binds nothing.
+void concurrent_first_calls_prepare_each_site_once(const std::string& model_path, const std::string& inputs_path) {
+  const ld::Model model = ld::Model::load(model_path);
+  const std::vector<c10::IValue> inputs = ld::load_inputs(inputs_path, model);
+  std::vector<std::vector<at::Tensor>> outputs(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 3; ++i) {
+        outputs[t] = ld::flatten_outputs(model.forward(inputs));
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  bool agree = true;
+  for (int t = 1; t < 4; ++t) {
+    agree = agree && bit_identical(outputs[t], outputs[0]);
+  }
+  check(agree, "4 threads' concurrent first calls of a specialised model agree bit for bit");
+  const std::vector<ld::SpecializedCallSite> sites = model.specialized_sites();
+  int64_t prepared = 0, compiled = 0;
+  for (const ld::SpecializedCallSite& site : sites) {
+    prepared += site.prepare_ms > 0 ? 1 : 0;
+    compiled += site.specialized_calls;
+  }
+  check(!sites.empty() && prepared == static_cast<int64_t>(sites.size()) && compiled > 0,
+        "every specialised site was prepared and compiled kernels served calls",
+        std::to_string(sites.size()) + " sites, " + std::to_string(compiled) + " compiled calls");
+  ld::LoadOptions plain;
+  plain.specialize = false;
+  const ld::Model unspecialised = ld::Model::load(model_path, plain);
+  unspecialised.forward(inputs);
+  check(unspecialised.specialized_sites().empty(), "LoadOptions::specialize = false re-binds no site");
+}
+
 int main(int argc, char** argv) {
   if (argc != 5) {
     std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl\n";
@@ -118,6 +157,7 @@ int main(int argc, char** argv) {
   }
   try {
     concurrent_forward_is_bit_identical(argv[1], argv[2]);
+    concurrent_first_calls_prepare_each_site_once(argv[1], argv[2]);
     missing_operators_are_one_error_listing_all(argv[3]);
     damaged_file_is_an_exception(argv[4]);
     bad_inputs_are_an_input_error(argv[1], argv[1]);
