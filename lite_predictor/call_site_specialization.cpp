@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -73,6 +74,8 @@ enum class ResultLayout {
   AsInput,      // it reaches other operators: as the kernels would lay it out from this input
 };
 
+namespace {
+
 const char* result_layout_name(ResultLayout layout) {
   switch (layout) {
     case ResultLayout::ChannelsLast:
@@ -84,6 +87,8 @@ const char* result_layout_name(ResultLayout layout) {
   }
   return "?";
 }
+
+} // namespace
 
 // The operator a specialised conv2d site is re-bound to. Its stack holds what the generated conv2d kernel
 // would pop (the input and the constants after it) and, for a fused add, the tensor added beneath them.
@@ -104,16 +109,10 @@ class ConvSiteKernel {
     }
     const at::Tensor& input = input_value.toTensor();
     const at::Tensor* residual = adds ? &residual_value->toTensor() : nullptr;
-    const Prepared* prepared = find_prepared(input, residual);
-    if (prepared == nullptr) {
-      prepare_and_run(input, residual, stack);
-    } else if (prepared->partition) {
-      at::Tensor result = prepared->partition->run(input, residual);
-      torch::jit::drop(stack, conv_arguments_ + (adds ? 1 : 0));
-      torch::jit::push(stack, std::move(result));
-      specialized_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (const Prepared* prepared = find_prepared(input, residual)) {
+      run_prepared(*prepared, input, residual, stack);
     } else {
-      run_generated(stack);
+      prepare_and_run(input, residual, stack);
     }
   }
 
@@ -141,6 +140,19 @@ class ConvSiteKernel {
       return input.matches(in) && (res == nullptr || (residual && residual->matches(*res)));
     }
   };
+
+  // A shape prepared already: its compiled partition, or the generated kernels.
+  void run_prepared(const Prepared& prepared, const at::Tensor& input, const at::Tensor* residual,
+      torch::jit::Stack& stack) const {
+    if (!prepared.partition) {
+      run_generated(stack);
+      return;
+    }
+    at::Tensor result = prepared.partition->run(input, residual);
+    torch::jit::drop(stack, conv_arguments_ + (residual != nullptr ? 1 : 0));
+    torch::jit::push(stack, std::move(result));
+    specialized_calls_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // The generated kernels, as the site would run without the stage.
   void run_generated(torch::jit::Stack& stack) const {
@@ -189,14 +201,7 @@ class ConvSiteKernel {
     std::unique_lock<std::mutex> lock(mutex_);
     if (const Prepared* prepared = find_prepared_locked(input, residual)) { // another thread was first
       lock.unlock();
-      if (prepared->partition) {
-        at::Tensor result = prepared->partition->run(input, residual);
-        torch::jit::drop(stack, conv_arguments_ + (residual != nullptr ? 1 : 0));
-        torch::jit::push(stack, std::move(result));
-        specialized_calls_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        run_generated(stack);
-      }
+      run_prepared(*prepared, input, residual, stack);
       return;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -314,8 +319,6 @@ std::string runs_description(const ConvSite& site) {
   return "static+fused(conv2d," + short_name(site.post_op_operator) + ")";
 }
 
-} // namespace
-
 ResultLayout layout_of(size_t site, const SiteDataflow& flow, bool model_minds_layout) {
   if (flow.feeds_only_sites[site] || (flow.escapes_only_to_layout_free_ops[site] && !model_minds_layout)) {
     return ResultLayout::ChannelsLast;
@@ -323,6 +326,8 @@ ResultLayout layout_of(size_t site, const SiteDataflow& flow, bool model_minds_l
   const int from = flow.input_from_site[site];
   return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
 }
+
+} // namespace
 
 std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module, const ReturnCount& returns_of) {
   auto result = std::make_shared<Specialization>();
@@ -359,7 +364,7 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
         entry.report.fused.push_back(site.post_op_operator);
         entry.report.fused_instruction = site.post_op_instruction;
         // The post-op's own instruction only drops the constants pushed for it: the site ran it.
-        const size_t constants = site.post_op_constants;
+        const size_t constants = site.post_op_arguments.size();
         rebind_instruction(code, site.post_op_instruction,
             [constants](torch::jit::Stack& stack) { torch::jit::drop(stack, constants); });
       }
@@ -373,10 +378,10 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
   return result;
 }
 
-std::vector<SpecializedSiteReport> Specialization::sites() const {
-  std::vector<SpecializedSiteReport> reports;
+std::vector<SpecializedCallSite> Specialization::sites() const {
+  std::vector<SpecializedCallSite> reports;
   for (const Site& site : sites_) {
-    SpecializedSiteReport report = site.report;
+    SpecializedCallSite report = site.report;
     report.specialized_calls = site.kernel->specialized_calls();
     report.generated_calls = site.kernel->generated_calls();
     report.notes = site.kernel->notes();
@@ -397,25 +402,22 @@ const std::string* Specialization::runs(const std::string& function, size_t inst
   return nullptr;
 }
 
+namespace {
+
+bool is_channels_last_only(const at::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+} // namespace
+
 bool inputs_are_stock_layout(const std::vector<c10::IValue>& inputs) {
-  for (const c10::IValue& input : inputs) {
-    if (input.isTensor()) {
-      const at::Tensor& t = input.toTensor();
-      if (t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(c10::MemoryFormat::ChannelsLast)) {
-        return false;
-      }
-    }
-  }
-  return true;
+  return std::none_of(inputs.begin(), inputs.end(),
+      [](const c10::IValue& input) { return input.isTensor() && is_channels_last_only(input.toTensor()); });
 }
 
 c10::IValue restore_stock_layout(c10::IValue output) {
   if (output.isTensor()) {
-    const at::Tensor& t = output.toTensor();
-    if (t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(c10::MemoryFormat::ChannelsLast)) {
-      return t.contiguous();
-    }
-    return output;
+    return is_channels_last_only(output.toTensor()) ? c10::IValue(output.toTensor().contiguous()) : output;
   }
   if (output.isTuple()) {
     std::vector<c10::IValue> elements;

@@ -24,12 +24,10 @@ namespace lightweight_dispatch {
 
 class ConvSiteKernel;
 
-using SpecializedSiteReport = SpecializedCallSite;
-
 class Specialization {
  public:
   // Every re-bound site, with its counters now.
-  std::vector<SpecializedSiteReport> sites() const;
+  std::vector<SpecializedCallSite> sites() const;
   // What the call site at `instruction` of `function` runs, or null if the stage left it alone.
   const std::string* runs(const std::string& function, size_t instruction) const;
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
@@ -41,7 +39,7 @@ class Specialization {
   friend std::shared_ptr<Specialization> specialize_call_sites(
       torch::jit::mobile::Module& module, const ReturnCount& returns_of);
   struct Site {
-    SpecializedSiteReport report;
+    SpecializedCallSite report;
     std::shared_ptr<ConvSiteKernel> kernel;
   };
   std::vector<Site> sites_;

@@ -112,7 +112,6 @@ void find_post_op(const torch::jit::mobile::Code& code, ConvSite& site) {
     site.post_op = op;
     site.post_op_instruction = at;
     site.post_op_operator = operator_at(code, instructions[at]);
-    site.post_op_constants = constants;
     for (size_t i = 0; i < constants; ++i) {
       site.post_op_arguments.push_back(code.constants_[instructions[next + i].X]);
     }
@@ -176,7 +175,6 @@ std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code) {
     if (site->post_op != PostOp::None && lands_inside(targets, pc + 1, site->post_op_instruction)) {
       site->post_op = PostOp::None; // the fused operation is reached from elsewhere too: keep it apart
       site->post_op_arguments.clear();
-      site->post_op_constants = 0;
     }
     sites.push_back(std::move(*site));
   }

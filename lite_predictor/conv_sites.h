@@ -38,9 +38,9 @@ struct ConvSite {
   size_t post_op_instruction = 0; // the OP instruction of the fused operation (post_op != None)
   std::string post_op_operator;   // its operator, "aten::hardtanh_"
   double clamp_min = 0, clamp_max = 0; // Hardtanh's bounds
-  // What the post-op instruction leaves on the stack for the fused kernel to drop: the LOADC'd bounds.
-  size_t post_op_constants = 0;
-  std::vector<c10::IValue> post_op_arguments; // those constants, for the generated path
+  // The constants pushed for the post-op after the result (Hardtanh's bounds): its instruction drops them once
+  // the site ran it, and the generated path pushes them again.
+  std::vector<c10::IValue> post_op_arguments;
 };
 
 // Every conv2d site in `code` whose weight, bias and parameters are constants, with the operation fused into

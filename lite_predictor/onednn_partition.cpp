@@ -14,6 +14,8 @@
 
 namespace lightweight_dispatch {
 
+#if AT_MKLDNN_ENABLED() // the checks are oneDNN Graph's; without it no site is compiled
+
 namespace {
 
 bool is_dense_float_cpu(const at::Tensor& t, int64_t dim) {
@@ -54,8 +56,6 @@ std::string unsupported_because(const ConvSite& site, const at::Tensor& input, c
 }
 
 } // namespace
-
-#if AT_MKLDNN_ENABLED()
 
 using torch::jit::Graph;
 using torch::jit::Node;

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 
 namespace lightweight_dispatch {
@@ -163,25 +164,31 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   auto impl = std::make_unique<Impl>(path, options);
   impl->module = load_module(path, options.dispatch, impl->timings);
   auto start = Clock::now();
-  const KernelIndex index(options.kernels.kernels);
   if (options.dispatch == Dispatch::Static) {
+    const KernelIndex index(options.kernels.kernels);
     try {
       impl->operators = as_operator_uses(bind_static(impl->module, index));
     } catch (const BindingError& e) {
       throw MissingOperatorsError(path + ": " + e.what(), e.ops());
     }
+    impl->timings.bind_ms = ms_since(start);
+    start = Clock::now();
+    if (options.specialize) {
+      std::unordered_map<std::string, std::optional<size_t>> return_counts; // one schema parse per operator
+      impl->specialization = specialize_call_sites(impl->module, [&](const std::string& op) {
+        auto found = return_counts.find(op);
+        if (found == return_counts.end()) {
+          found = return_counts.emplace(op, operator_return_count(op, index)).first;
+        }
+        return found->second;
+      });
+      impl->restores_layout = impl->specialization->may_return_channels_last();
+    }
+    impl->timings.specialize_ms = ms_since(start);
   } else {
     impl->operators = as_operator_uses(describe_dynamic(impl->module));
+    impl->timings.bind_ms = ms_since(start);
   }
-  impl->timings.bind_ms = ms_since(start);
-  start = Clock::now();
-  if (options.dispatch == Dispatch::Static && options.specialize) {
-    impl->specialization = specialize_call_sites(impl->module, [&index](const std::string& op) {
-      return operator_return_count(op, index);
-    });
-    impl->restores_layout = impl->specialization->may_return_channels_last();
-  }
-  impl->timings.specialize_ms = ms_since(start);
   start = Clock::now();
   if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
     try {
