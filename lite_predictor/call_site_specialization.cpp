@@ -90,19 +90,28 @@ const char* result_layout_name(ResultLayout layout) {
 
 } // namespace
 
-// The operator a specialised conv2d site is re-bound to. Its stack holds what the generated conv2d kernel
-// would pop (the input and the constants after it) and, for a fused add, the tensor added beneath them.
+// One site of a kernel's chain, with the generated operators its instructions were bound to.
+struct ChainLink {
+  ConvSite site;
+  StackOperation conv, post_op;
+};
+
+// The operator a specialised conv2d site (or chain of sites) is re-bound to: the call instruction of its last
+// conv2d. Its stack holds what that generated conv2d kernel would pop (the chain's input, passed through by the
+// earlier sites' instructions, and the last site's constants) and, for a fused add, the tensor added beneath.
 class ConvSiteKernel {
  public:
-  ConvSiteKernel(ConvSite site, size_t conv_arguments, StackOperation conv, StackOperation post_op,
-      ResultLayout layout)
-      : site_(std::move(site)), conv_arguments_(conv_arguments), conv_(std::move(conv)), post_op_(std::move(post_op)),
-        layout_(layout) {}
+  ConvSiteKernel(std::vector<ChainLink> chain, ResultLayout layout)
+      : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout) {
+    for (const ChainLink& link : chain_) {
+      chain_view_.push_back(&link.site);
+    }
+  }
 
   void operator()(torch::jit::Stack& stack) const {
-    const c10::IValue& input_value = stack[stack.size() - conv_arguments_];
-    const bool adds = site_.post_op == PostOp::Add;
-    const c10::IValue* residual_value = adds ? &stack[stack.size() - conv_arguments_ - 1] : nullptr;
+    const c10::IValue& input_value = stack[stack.size() - call_arguments_];
+    const bool adds = chain_.back().site.post_op == PostOp::Add;
+    const c10::IValue* residual_value = adds ? &stack[stack.size() - call_arguments_ - 1] : nullptr;
     if (!input_value.isTensor() || (adds && !residual_value->isTensor())) {
       run_generated(stack);
       return;
@@ -149,24 +158,28 @@ class ConvSiteKernel {
       return;
     }
     at::Tensor result = prepared.partition->run(input, residual);
-    torch::jit::drop(stack, conv_arguments_ + (residual != nullptr ? 1 : 0));
+    torch::jit::drop(stack, call_arguments_ + (residual != nullptr ? 1 : 0));
     torch::jit::push(stack, std::move(result));
     specialized_calls_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // The generated kernels, as the site would run without the stage.
+  // The generated kernels, as the sites would run without the stage.
   void run_generated(torch::jit::Stack& stack) const {
     generated_calls_.fetch_add(1, std::memory_order_relaxed);
     run_generated_kernels(stack);
   }
 
+  // Each site's generated conv2d and post-op in turn, on the chain's input: the same calls with the same
+  // constants as the sites' own instructions would make.
   void run_generated_kernels(torch::jit::Stack& stack) const {
-    conv_(stack);
-    if (site_.post_op != PostOp::None) {
-      for (const c10::IValue& argument : site_.post_op_arguments) {
-        stack.push_back(argument);
+    torch::jit::drop(stack, call_arguments_ - 1); // the last site's constants, pushed again below
+    for (const ChainLink& link : chain_) {
+      stack.insert(stack.end(), link.site.conv_arguments.begin(), link.site.conv_arguments.end());
+      link.conv(stack);
+      if (link.site.post_op != PostOp::None) {
+        stack.insert(stack.end(), link.site.post_op_arguments.begin(), link.site.post_op_arguments.end());
+        link.post_op(stack);
       }
-      post_op_(stack);
     }
     if (layout_ == ResultLayout::Contiguous && !stack.back().toTensor().is_contiguous()) {
       stack.back() = stack.back().toTensor().contiguous(); // given a site's channels_last result
@@ -219,11 +232,11 @@ class ConvSiteKernel {
                                      : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
                                                                            : input.suggest_memory_format();
     at::Tensor got;
-    auto partition = OnednnConvPartition::compile(site_, input_kept, residual_arg, format, got, why_not);
-    const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(conv_arguments_ + (residual ? 1 : 0)),
+    auto partition = OnednnConvPartition::compile(chain_view_, input_kept, residual_arg, format, got, why_not);
+    const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(call_arguments_ + (residual ? 1 : 0)),
         stack.end());
     run_generated(stack); // the reference, and the result if the partition is not kept
-    if (partition && multiply_adds(stack.back().toTensor()) < kRaceBelowMacs &&
+    if (partition && multiply_adds(input_kept) < kRaceBelowMacs &&
         !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
       why_not = "the generated kernels were faster for this shape";
       partition.reset();
@@ -266,9 +279,16 @@ class ConvSiteKernel {
     return compiled < generated;
   }
 
-  // The convolution's multiply-adds for a result of these sizes.
-  double multiply_adds(const at::Tensor& result) const {
-    return static_cast<double>(result.numel()) * static_cast<double>(site_.weight.numel() / site_.weight.size(0));
+  // The chain's multiply-adds for this input.
+  double multiply_adds(const at::Tensor& input) const {
+    double total = 0;
+    std::vector<int64_t> sizes = input.sizes().vec();
+    for (const ChainLink& link : chain_) {
+      sizes = conv_output_sizes(link.site, sizes);
+      total += static_cast<double>(c10::multiply_integers(sizes)) *
+               static_cast<double>(link.site.weight.numel() / link.site.weight.size(0));
+    }
+    return total;
   }
 
   static std::string describe(const at::Tensor& t) {
@@ -277,9 +297,9 @@ class ConvSiteKernel {
     return out.str();
   }
 
-  ConvSite site_;
-  size_t conv_arguments_;
-  StackOperation conv_, post_op_;
+  std::vector<ChainLink> chain_;
+  ConvChain chain_view_; // into chain_
+  size_t call_arguments_; // what the call instruction gives: the input and the last site's constants
   ResultLayout layout_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Prepared>> prepared_; // appended under the mutex, never removed
@@ -312,19 +332,50 @@ bool model_is_layout_sensitive(const torch::jit::mobile::Module& module) {
   return false;
 }
 
-std::string runs_description(const ConvSite& site) {
-  if (site.post_op == PostOp::None) {
+std::string runs_description(const std::vector<std::string>& fused) {
+  if (fused.size() == 1) {
     return "static+onednn(conv2d)";
   }
-  return "static+fused(conv2d," + short_name(site.post_op_operator) + ")";
+  std::string names;
+  for (const std::string& op : fused) {
+    names += (names.empty() ? "" : ",") + short_name(op);
+  }
+  return "static+fused(" + names + ")";
 }
 
-ResultLayout layout_of(size_t site, const SiteDataflow& flow, bool model_minds_layout) {
-  if (flow.feeds_only_sites[site] || (flow.escapes_only_to_layout_free_ops[site] && !model_minds_layout)) {
+// The first site's input is the chain's; the last site's result is its result.
+ResultLayout layout_of(size_t first, size_t last, const SiteDataflow& flow, bool model_minds_layout) {
+  if (flow.feeds_only_sites[last] || (flow.escapes_only_to_layout_free_ops[last] && !model_minds_layout)) {
     return ResultLayout::ChannelsLast;
   }
-  const int from = flow.input_from_site[site];
+  const int from = flow.input_from_site[first];
   return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
+}
+
+// The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
+// depthwise conv joins it; every other site is a chain of its own.
+std::vector<std::vector<size_t>> chains_of(const std::vector<ConvSite>& sites, const SiteDataflow& flow) {
+  std::vector<std::vector<size_t>> chains;
+  std::vector<bool> taken(sites.size(), false);
+  for (size_t index = 0; index < sites.size(); ++index) {
+    if (taken[index]) {
+      continue;
+    }
+    const int next = flow.sole_consumer[index];
+    if (next >= 0 && !taken[next] && pointwise_feeds_depthwise(sites[index], sites[next])) {
+      chains.push_back({index, static_cast<size_t>(next)});
+      taken[next] = true;
+    } else {
+      chains.push_back({index});
+    }
+  }
+  return chains;
+}
+
+// An instruction whose operator the site's kernel runs elsewhere: it only drops the constants pushed for it
+// (the value beneath, a chain's input, stays for the kernel).
+void absorb_instruction(torch::jit::mobile::Code& code, size_t pc, size_t constants) {
+  rebind_instruction(code, pc, [constants](torch::jit::Stack& stack) { torch::jit::drop(stack, constants); });
 }
 
 } // namespace
@@ -342,36 +393,36 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
     auto& code = const_cast<torch::jit::mobile::Function*>(function)->get_code();
     std::vector<ConvSite> sites = find_conv_sites(code);
     const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
-    for (size_t index = 0; index < sites.size(); ++index) {
-      ConvSite& site = sites[index];
-      const ResultLayout layout = layout_of(index, flow, model_minds_layout);
-      result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[index];
-      const auto& conv_inst = code.instructions_[site.conv_instruction];
-      const int given = code.operator_input_sizes_[conv_inst.X];
-      const size_t conv_arguments = given < 0 ? 7 : static_cast<size_t>(given);
-      StackOperation conv = code.operators_[conv_inst.X];
-      StackOperation post_op;
-      if (site.post_op != PostOp::None) {
-        post_op = code.operators_[code.instructions_[site.post_op_instruction].X];
-      }
+    for (const std::vector<size_t>& chain : chains_of(sites, flow)) {
+      const ResultLayout layout = layout_of(chain.front(), chain.back(), flow, model_minds_layout);
+      result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
       Specialization::Site entry;
       entry.report.function = function->qualname().qualifiedName();
-      entry.report.instruction = site.conv_instruction;
-      entry.report.fused = {"aten::conv2d"};
-      entry.report.runs = runs_description(site);
+      entry.report.instruction = sites[chain.front()].conv_instruction;
       entry.report.result_layout = result_layout_name(layout);
-      if (site.post_op != PostOp::None) {
-        entry.report.fused.push_back(site.post_op_operator);
-        entry.report.fused_instruction = site.post_op_instruction;
-        // The post-op's own instruction only drops the constants pushed for it: the site ran it.
-        const size_t constants = site.post_op_arguments.size();
-        rebind_instruction(code, site.post_op_instruction,
-            [constants](torch::jit::Stack& stack) { torch::jit::drop(stack, constants); });
+      std::vector<ChainLink> links;
+      for (size_t index : chain) {
+        ConvSite& site = sites[index];
+        ChainLink link;
+        link.conv = code.operators_[code.instructions_[site.conv_instruction].X];
+        entry.report.fused.push_back("aten::conv2d");
+        entry.report.fused_instructions.push_back(site.conv_instruction);
+        if (site.post_op != PostOp::None) {
+          link.post_op = code.operators_[code.instructions_[site.post_op_instruction].X];
+          entry.report.fused.push_back(site.post_op_operator);
+          entry.report.fused_instructions.push_back(site.post_op_instruction);
+          absorb_instruction(code, site.post_op_instruction, site.post_op_arguments.size());
+        }
+        if (index != chain.back()) { // an earlier site passes its input on to the last one's call
+          absorb_instruction(code, site.conv_instruction, site.conv_arguments.size());
+        }
+        link.site = std::move(site);
+        links.push_back(std::move(link));
       }
-      const size_t conv_pc = site.conv_instruction;
-      entry.kernel = std::make_shared<ConvSiteKernel>(
-          std::move(site), conv_arguments, std::move(conv), std::move(post_op), layout);
-      rebind_instruction(code, conv_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      entry.report.runs = runs_description(entry.report.fused);
+      const size_t call_pc = links.back().site.conv_instruction;
+      entry.kernel = std::make_shared<ConvSiteKernel>(std::move(links), layout);
+      rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }
   }
@@ -393,9 +444,8 @@ std::vector<SpecializedCallSite> Specialization::sites() const {
 
 const std::string* Specialization::runs(const std::string& function, size_t instruction) const {
   for (const Site& site : sites_) {
-    if (site.report.function == function &&
-        (site.report.instruction == instruction ||
-            (site.report.fused.size() > 1 && site.report.fused_instruction == instruction))) {
+    const auto& covered = site.report.fused_instructions;
+    if (site.report.function == function && std::find(covered.begin(), covered.end(), instruction) != covered.end()) {
       return &site.report.runs;
     }
   }

@@ -72,6 +72,9 @@ std::optional<ConvSite> constant_conv_arguments(const torch::jit::mobile::Code& 
   }
   ConvSite site;
   site.conv_instruction = pc;
+  for (const c10::IValue* arg : args) {
+    site.conv_arguments.push_back(*arg);
+  }
   if (!args[0]->isTensor()) {
     return std::nullopt;
   }
@@ -181,6 +184,28 @@ std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code) {
   return sites;
 }
 
+std::vector<int64_t> conv_output_sizes(const ConvSite& site, c10::IntArrayRef input) {
+  std::vector<int64_t> sizes = {input[0], site.weight.size(0)};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t kernel = site.dilation[d] * (site.weight.size(2 + d) - 1) + 1;
+    sizes.push_back((input[2 + d] + 2 * site.padding[d] - kernel) / site.stride[d] + 1);
+  }
+  return sizes;
+}
+
+bool pointwise_feeds_depthwise(const ConvSite& first, const ConvSite& second) {
+  const auto ones = std::vector<int64_t>{1, 1};
+  const auto zeros = std::vector<int64_t>{0, 0};
+  const bool pointwise = first.weight.dim() == 4 && first.weight.size(2) == 1 && first.weight.size(3) == 1 &&
+                         first.groups == 1 && first.stride == ones && first.padding == zeros && first.dilation == ones &&
+                         first.post_op != PostOp::Add;
+  const int64_t channels = first.weight.size(0);
+  const bool depthwise = second.weight.dim() == 4 && second.weight.size(1) == 1 && second.weight.size(2) == 3 &&
+                         second.weight.size(3) == 3 && second.groups == channels && second.weight.size(0) == channels &&
+                         second.dilation == ones && second.padding == ones;
+  return pointwise && depthwise;
+}
+
 bool is_layout_sensitive(const std::string& op_name) {
   static const std::set<std::string> sensitive = {
       "aten::view", "aten::view_as", "aten::as_strided", "aten::_reshape_alias", "aten::_unsafe_view",
@@ -197,6 +222,9 @@ class SiteValueTracker {
       : code_(code), returns_of_(returns_of), registers_(code.register_size_ + 1, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
+    flow_.sole_consumer.assign(sites.size(), -1);
+    uses_.assign(sites.size(), 0);
+    seen_elsewhere_.assign(sites.size(), false);
     escaped_.assign(sites.size(), false);
     escaped_elsewhere_.assign(sites.size(), false);
     for (size_t i = 0; i < sites.size(); ++i) {
@@ -223,13 +251,16 @@ class SiteValueTracker {
     }
     for (const auto& [instruction, site] : conv_at_) {
       if (instruction >= pc) {
-        escaped_[site] = escaped_elsewhere_[site] = true;
+        escaped_[site] = escaped_elsewhere_[site] = seen_elsewhere_[site] = true;
       }
     }
     flow_.escapes_only_to_layout_free_ops.assign(escaped_.size(), false);
     for (size_t i = 0; i < escaped_.size(); ++i) {
       flow_.feeds_only_sites[i] = used_.count(static_cast<int>(i)) != 0 && !escaped_[i];
       flow_.escapes_only_to_layout_free_ops[i] = !escaped_elsewhere_[i];
+      if (seen_elsewhere_[i] || uses_[i] != 1) {
+        flow_.sole_consumer[i] = -1;
+      }
     }
     return std::move(flow_);
   }
@@ -237,7 +268,11 @@ class SiteValueTracker {
  private:
   // A use by something other than a site: `op` names the operator, "" an instruction or a use past the trace.
   void escape(int value, const std::string& op = "") {
-    if (value < 0 || is_layout_neutral(op)) {
+    if (value < 0) {
+      return;
+    }
+    seen_elsewhere_[value] = true; // even by a size query: a site run inside its consumer has no sizes of its own
+    if (is_layout_neutral(op)) {
       return;
     }
     escaped_[value] = true;
@@ -256,9 +291,12 @@ class SiteValueTracker {
   static bool is_layout_neutral(const std::string& op) {
     return op.rfind("aten::size", 0) == 0 || op == "aten::dim" || op == "aten::numel";
   }
-  void use_by_site(int value) {
+  // `consumer`: the site whose input `value` is, or -1 for another use by a site (a fused add's operand).
+  void use_by_site(int value, int consumer) {
     if (value >= 0) {
       used_.insert(value);
+      ++uses_[value];
+      flow_.sole_consumer[value] = consumer;
     }
   }
   // Below what the trace pushed lie the function's arguments (the caller's values: no site's).
@@ -347,7 +385,7 @@ class SiteValueTracker {
     }
     const std::vector<int> inputs = pop(static_cast<size_t>(given));
     if (const auto conv = conv_at_.find(pc); conv != conv_at_.end()) {
-      use_by_site(inputs.at(0));
+      use_by_site(inputs.at(0), conv->second);
       flow_.input_from_site[conv->second] = inputs.at(0);
       stack_.push_back(conv->second);
       return true;
@@ -356,7 +394,7 @@ class SiteValueTracker {
       // The fused operation: its result is the site's. A fused add's other operand is the site's too.
       for (int value : inputs) {
         if (value != post->second) {
-          use_by_site(value);
+          use_by_site(value, -1);
         }
       }
       stack_.push_back(post->second);
@@ -379,6 +417,8 @@ class SiteValueTracker {
   std::vector<int> registers_;
   std::map<size_t, int> conv_at_, post_op_at_;
   std::set<int> used_;
+  std::vector<int> uses_;              // uses by sites
+  std::vector<bool> seen_elsewhere_;   // used by anything but a site, a size query included
   std::vector<bool> escaped_;          // used by something other than a site
   std::vector<bool> escaped_elsewhere_; // ... other than a layout-free operator
   SiteDataflow flow_;

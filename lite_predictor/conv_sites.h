@@ -29,6 +29,7 @@ const char* post_op_name(PostOp op);
 // One conv2d call whose arguments after the input are bytecode constants.
 struct ConvSite {
   size_t conv_instruction = 0; // the OP instruction calling conv2d
+  std::vector<c10::IValue> conv_arguments; // the constants pushed after the input, as pushed (weight, bias, ...)
   at::Tensor weight;
   std::optional<at::Tensor> bias;
   std::vector<int64_t> stride, padding, dilation;
@@ -42,6 +43,18 @@ struct ConvSite {
   // the site ran it, and the generated path pushes them again.
   std::vector<c10::IValue> post_op_arguments;
 };
+
+// The site's conv2d result sizes for an input of `input` sizes (NCHW order, whatever the layout).
+std::vector<int64_t> conv_output_sizes(const ConvSite& site, c10::IntArrayRef input);
+
+// Sites run as one kernel, each site's result the next one's input (no one else sees it); one site alone, or a
+// 1x1 conv and the depthwise conv it feeds.
+using ConvChain = std::vector<const ConvSite*>;
+
+// Whether `second` may join `first` in one kernel, given that `first`'s result is `second`'s input and nothing
+// else's: `first` a pointwise (1x1, stride 1, no padding, ungrouped) conv with no add fused, `second` a 3x3
+// depthwise conv of its channels (oneDNN fuses this pair: the pointwise result never leaves the cache).
+bool pointwise_feeds_depthwise(const ConvSite& first, const ConvSite& second);
 
 // Every conv2d site in `code` whose weight, bias and parameters are constants, with the operation fused into
 // it when the next instructions allow. Sites a jump lands inside are left out (their arguments are not a
@@ -65,6 +78,8 @@ struct SiteDataflow {
   // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
   // saves (permute, reshape: a detection head rearranging its maps; aten::append, a head collecting them).
   std::vector<bool> escapes_only_to_layout_free_ops;
+  // Per site: the site whose input its result is, when that is its only use; or -1.
+  std::vector<int> sole_consumer;
 };
 
 SiteDataflow trace_site_results(

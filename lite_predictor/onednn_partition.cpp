@@ -23,33 +23,35 @@ bool is_dense_float_cpu(const at::Tensor& t, int64_t dim) {
          t.device().is_cpu() && !t.is_mkldnn() && t.is_non_overlapping_and_dense();
 }
 
-// conv2d's output sizes for `input` (NCHW sizes whatever its layout).
-std::vector<int64_t> conv_output_sizes(const ConvSite& site, const at::Tensor& input) {
-  std::vector<int64_t> sizes = {input.size(0), site.weight.size(0)};
-  for (int d = 0; d < 2; ++d) {
-    const int64_t kernel = site.dilation[d] * (site.weight.size(2 + d) - 1) + 1;
-    sizes.push_back((input.size(2 + d) + 2 * site.padding[d] - kernel) / site.stride[d] + 1);
+std::vector<int64_t> chain_output_sizes(const ConvChain& chain, const at::Tensor& input) {
+  std::vector<int64_t> sizes = input.sizes().vec();
+  for (const ConvSite* site : chain) {
+    sizes = conv_output_sizes(*site, sizes);
   }
   return sizes;
 }
 
-// Why oneDNN Graph cannot take this site for these tensors, or "" if it can try.
-std::string unsupported_because(const ConvSite& site, const at::Tensor& input, const at::Tensor* residual) {
+// Why oneDNN Graph cannot take this chain for these tensors, or "" if it can try.
+std::string unsupported_because(const ConvChain& chain, const at::Tensor& input, const at::Tensor* residual) {
   if (!is_dense_float_cpu(input, 4)) {
     return "the input is not a dense 4-d float32 CPU tensor";
   }
-  if (!is_dense_float_cpu(site.weight, 4) || (site.bias && !is_dense_float_cpu(*site.bias, 1))) {
-    return "the weight or bias is not float32";
+  std::vector<int64_t> sizes = input.sizes().vec();
+  for (const ConvSite* site : chain) {
+    if (!is_dense_float_cpu(site->weight, 4) || (site->bias && !is_dense_float_cpu(*site->bias, 1))) {
+      return "the weight or bias is not float32";
+    }
+    if (site->stride.size() != 2 || site->padding.size() != 2 || site->dilation.size() != 2 || site->groups < 1 ||
+        sizes[1] != site->weight.size(1) * site->groups) {
+      return "the parameters do not describe a 2-d convolution of this input";
+    }
+    sizes = conv_output_sizes(*site, sizes);
+    if (sizes[2] < 1 || sizes[3] < 1) {
+      return "the input is smaller than the kernel";
+    }
   }
-  if (site.stride.size() != 2 || site.padding.size() != 2 || site.dilation.size() != 2 || site.groups < 1 ||
-      input.size(1) != site.weight.size(1) * site.groups) {
-    return "the parameters do not describe a 2-d convolution of this input";
-  }
-  const auto out = conv_output_sizes(site, input);
-  if (out[2] < 1 || out[3] < 1) {
-    return "the input is smaller than the kernel";
-  }
-  if (site.post_op == PostOp::Add && (residual == nullptr || !is_dense_float_cpu(*residual, 4) || residual->sizes() != out)) {
+  if (chain.back()->post_op == PostOp::Add &&
+      (residual == nullptr || !is_dense_float_cpu(*residual, 4) || residual->sizes() != sizes)) {
     return "the tensor added is not a dense float32 tensor of the result's sizes";
   }
   return "";
@@ -69,39 +71,54 @@ struct OnednnConvPartition::Impl {
 
 namespace {
 
-// The site as a TorchScript graph whose values carry the sizes and strides oneDNN Graph compiles for.
-std::shared_ptr<Graph> site_graph(const ConvSite& site, const at::Tensor& input, const at::Tensor* residual,
-    const at::Tensor& output_like, Value*& input_value, Value*& residual_value) {
+// One site's conv2d and fused operation appended to `graph`, after `input`; its result.
+Value* append_site(Graph& graph, const ConvSite& site, Value* input, Value* residual, const c10::TensorTypePtr& type) {
   namespace aten = torch::jit::aten;
-  auto graph = std::make_shared<Graph>();
-  input_value = graph->addInput("input");
-  input_value->setType(c10::TensorType::create(input));
-  residual_value = nullptr;
-  if (site.post_op == PostOp::Add) {
-    residual_value = graph->addInput("residual");
-    residual_value->setType(c10::TensorType::create(*residual));
-  }
-  torch::jit::WithInsertPoint insert_at(graph->block());
-  Value* weight = graph->insertConstant(site.weight);
-  Value* bias = site.bias ? graph->insertConstant(*site.bias) : graph->insertConstant(c10::IValue());
-  Value* result = graph->insert(aten::conv2d,
-      {input_value, weight, bias, site.stride, site.padding, site.dilation, site.groups});
-  result->setType(c10::TensorType::create(output_like));
+  Value* weight = graph.insertConstant(site.weight);
+  Value* bias = site.bias ? graph.insertConstant(*site.bias) : graph.insertConstant(c10::IValue());
+  Value* result =
+      graph.insert(aten::conv2d, {input, weight, bias, site.stride, site.padding, site.dilation, site.groups});
+  result->setType(type);
   switch (site.post_op) {
     case PostOp::None:
       break;
     case PostOp::Relu:
-      result = graph->insert(aten::relu, {result});
+      result = graph.insert(aten::relu, {result});
       break;
     case PostOp::Hardtanh:
-      result = graph->insert(aten::hardtanh, {result, site.clamp_min, site.clamp_max});
+      result = graph.insert(aten::hardtanh, {result, site.clamp_min, site.clamp_max});
       break;
     case PostOp::Add:
-      result = graph->insert(aten::add, {residual_value, result});
+      result = graph.insert(aten::add, {residual, result});
       break;
   }
-  result->setType(c10::TensorType::create(output_like));
-  graph->registerOutput(result);
+  result->setType(type);
+  return result;
+}
+
+// The chain as a TorchScript graph whose values carry the sizes and strides oneDNN Graph compiles for (a value
+// between two sites is channels_last: no one sees it).
+std::shared_ptr<Graph> chain_graph(const ConvChain& chain, const at::Tensor& input, const at::Tensor* residual,
+    const at::Tensor& output_like, Value*& input_value, Value*& residual_value) {
+  auto graph = std::make_shared<Graph>();
+  input_value = graph->addInput("input");
+  input_value->setType(c10::TensorType::create(input));
+  residual_value = nullptr;
+  if (chain.back()->post_op == PostOp::Add) {
+    residual_value = graph->addInput("residual");
+    residual_value->setType(c10::TensorType::create(*residual));
+  }
+  torch::jit::WithInsertPoint insert_at(graph->block());
+  Value* value = input_value;
+  std::vector<int64_t> sizes = input.sizes().vec();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    sizes = conv_output_sizes(*chain[i], sizes);
+    const bool last = i + 1 == chain.size();
+    const at::Tensor like = last ? output_like
+                                 : at::empty(sizes, input.options().memory_format(c10::MemoryFormat::ChannelsLast));
+    value = append_site(*graph, *chain[i], value, last ? residual_value : nullptr, c10::TensorType::create(like));
+  }
+  graph->registerOutput(value);
   return graph;
 }
 
@@ -123,22 +140,23 @@ bool onednn_graph_available() {
   return true;
 }
 
-std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite& site, const at::Tensor& input,
+std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChain& chain, const at::Tensor& input,
     const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
-  why_not = unsupported_because(site, input, residual);
+  why_not = unsupported_because(chain, input, residual);
   if (!why_not.empty()) {
     return nullptr;
   }
   enable_constant_weight_cache();
-  const at::Tensor output_like = at::empty(conv_output_sizes(site, input), input.options().memory_format(output_format));
+  const at::Tensor output_like = at::empty(chain_output_sizes(chain, input), input.options().memory_format(output_format));
   auto impl = std::make_unique<Impl>();
   try {
-    // The fusion group LibTorch's TorchScript fuser would form for this site, made directly: the site's graph as
-    // its subgraph, its result in a plain strided layout. (fuseGraph would get there through a dozen
-    // TorchScript passes: ~2 ms a site, most of a site's preparation.)
+    // The fusion group LibTorch's TorchScript fuser would form for this chain, made directly: the chain's graph
+    // as its subgraph, its result in a plain strided layout. (fuseGraph would get there through a dozen
+    // TorchScript passes: ~2 ms a site, most of a site's preparation.) LlgaKernel refuses a subgraph oneDNN
+    // Graph splits into more than one partition.
     Value* input_value = nullptr;
     Value* residual_value = nullptr;
-    std::shared_ptr<Graph> subgraph = site_graph(site, input, residual, output_like, input_value, residual_value);
+    std::shared_ptr<Graph> subgraph = chain_graph(chain, input, residual, output_like, input_value, residual_value);
     impl->graph = std::make_shared<Graph>();
     std::vector<Value*> group_inputs;
     for (Value* value : subgraph->inputs()) {
@@ -186,7 +204,7 @@ bool onednn_graph_available() {
   return false;
 }
 
-std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvSite&, const at::Tensor&,
+std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChain&, const at::Tensor&,
     const at::Tensor*, c10::MemoryFormat, at::Tensor&, std::string& why_not) {
   why_not = "this LibTorch has no oneDNN Graph";
   return nullptr;

@@ -1,5 +1,5 @@
-// A conv2d call site (and the operation fused into it) compiled by oneDNN Graph, the graph compiler inside
-// LibTorch, for one input shape and layout.
+// A conv2d call site (and the operation fused into it), or a chain of them each feeding the next, compiled by
+// oneDNN Graph, the graph compiler inside LibTorch, as one kernel for one input shape and layout.
 //
 // The partition is what LibTorch's own TorchScript fuser for oneDNN Graph (torch/csrc/jit/codegen/onednn) would
 // make of the site: a small TorchScript graph of it (the input as its parameter, typed with the input's sizes and
@@ -25,11 +25,11 @@ bool onednn_graph_available();
 
 class OnednnConvPartition {
  public:
-  // Compiles `site` for `input` (and, for PostOp::Add, `residual`), producing its result in `output_format`,
-  // and runs it once on them (oneDNN compiles on the first execution): that result goes to `first_result`.
-  // Returns null with `why_not` set when oneDNN Graph does not take the site (an unsupported dtype or
-  // parameters, more than one partition, a failed compilation, a result in another layout).
-  static std::unique_ptr<OnednnConvPartition> compile(const ConvSite& site, const at::Tensor& input,
+  // Compiles `chain` for `input` (and, when its last site's post-op is PostOp::Add, `residual`), producing its
+  // result in `output_format`, and runs it once on them (oneDNN compiles on the first execution): that result
+  // goes to `first_result`. Returns null with `why_not` set when oneDNN Graph does not take the chain (an
+  // unsupported dtype or parameters, more than one partition, a failed compilation, a result in another layout).
+  static std::unique_ptr<OnednnConvPartition> compile(const ConvChain& chain, const at::Tensor& input,
       const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
 
   ~OnednnConvPartition();

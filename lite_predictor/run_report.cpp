@@ -1,6 +1,7 @@
 #include <lite_predictor/run_report.h>
 
 #include <iomanip>
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -106,10 +107,12 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   }
   std::map<std::string, int> by_kind;
   int64_t specialized = 0, generated = 0;
+  size_t convs = 0;
   double prepare_ms = 0;
   std::vector<std::string> notes;
   for (const SpecializedCallSite& site : report.specialized_sites) {
     by_kind[site.runs] += 1;
+    convs += static_cast<size_t>(std::count(site.fused.begin(), site.fused.end(), "aten::conv2d"));
     prepare_ms += site.prepare_ms;
     specialized += site.specialized_calls;
     generated += site.generated_calls;
@@ -117,7 +120,8 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
       notes.push_back(site.function + " @" + std::to_string(site.instruction) + ": " + note);
     }
   }
-  out << "bind-time: " << report.specialized_sites.size() << " conv2d site(s) re-bound to oneDNN Graph kernels (";
+  out << "bind-time: " << convs << " conv2d call site(s) re-bound to " << report.specialized_sites.size()
+      << " oneDNN Graph kernels (";
   const char* separator = "";
   for (const auto& [kind, count] : by_kind) {
     out << separator << count << " " << kind;
@@ -131,6 +135,14 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   }
 }
 
+std::string json_int_list(const std::vector<size_t>& values) {
+  std::string list = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    list += (i ? ", " : "") + std::to_string(values[i]);
+  }
+  return list + "]";
+}
+
 void print_specialization_json(std::ostream& out, const RunReport& report) {
   out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
@@ -142,7 +154,8 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
   for (size_t i = 0; i < report.specialized_sites.size(); ++i) {
     const SpecializedCallSite& site = report.specialized_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
-        << ", \"fused\": " << json_string_list(site.fused) << ", \"runs\": " << json_string(site.runs)
+        << ", \"fused\": " << json_string_list(site.fused) << ", \"fused_instructions\": " << json_int_list(site.fused_instructions)
+        << ", \"runs\": " << json_string(site.runs)
         << ", \"result_layout\": " << json_string(site.result_layout)
         << ", \"specialized_calls\": " << site.specialized_calls << ", \"generated_calls\": " << site.generated_calls
         << ", \"prepare_ms\": " << site.prepare_ms << ", \"notes\": " << json_string_list(site.notes) << "}";

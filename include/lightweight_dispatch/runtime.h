@@ -134,9 +134,12 @@ struct CallSite {
 // A call site the bind-time stage re-bound (LoadOptions::specialize), and what it has done so far.
 struct SpecializedCallSite {
   std::string function;
-  size_t instruction = 0;         // the conv2d OP instruction
-  std::vector<std::string> fused; // the operators its kernel runs: {"aten::conv2d", "aten::hardtanh_"}
-  size_t fused_instruction = 0;   // the absorbed operator's OP instruction (fused.size() > 1), now a no-op
+  size_t instruction = 0;         // the (first) conv2d OP instruction
+  // The operators its kernel runs, in order: {"aten::conv2d", "aten::hardtanh_"}, or a 1x1 conv and the depthwise
+  // conv it feeds, each with its activation. The kernel runs at the last conv2d's instruction; the others now
+  // only drop the constants pushed for them.
+  std::vector<std::string> fused;
+  std::vector<size_t> fused_instructions; // fused[i]'s OP instruction
   std::string runs;               // as in CallSite::runs
   // "channels_last" (the result only feeds other specialised sites), "contiguous" or "as its input" (what the
   // generated kernels would give the operators and callers that see it)
