@@ -29,7 +29,8 @@ const char* mode_name(Mode mode);
 // file and the reason.
 std::unique_ptr<Model> load_model(const std::string& path, Mode mode);
 
-// One inference, as lite_predictor runs it: under InferenceMode, inputs copied onto a fresh stack.
+// One inference, as lite_predictor runs it: under InferenceMode, inputs copied onto a fresh stack; after a call
+// that started background preparation, it waits for the kernels (the timed runs are theirs).
 c10::IValue run_once(const Model& model, const std::vector<c10::IValue>& inputs);
 
 std::vector<c10::IValue> as_ivalues(const std::vector<at::Tensor>& tensors);

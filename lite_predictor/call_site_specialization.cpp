@@ -1,5 +1,6 @@
 #include <lite_predictor/call_site_specialization.h>
 
+#include <lite_predictor/background_preparation.h>
 #include <lite_predictor/onednn_partition.h>
 #include <lite_predictor/op_binding.h>
 
@@ -92,17 +93,20 @@ const char* result_layout_name(ResultLayout layout) {
 
 // One site of a kernel's chain, with the generated operators its instructions were bound to.
 struct ChainLink {
-  ConvSite site;
+  WeightSite site;
   StackOperation conv, post_op;
 };
 
 // The operator a specialised conv2d site (or chain of sites) is re-bound to: the call instruction of its last
 // conv2d. Its stack holds what that generated conv2d kernel would pop (the chain's input, passed through by the
 // earlier sites' instructions, and the last site's constants) and, for a fused add, the tensor added beneath.
-class ConvSiteKernel {
+class SiteKernel {
  public:
-  ConvSiteKernel(std::vector<ChainLink> chain, ResultLayout layout)
-      : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout) {
+  // `prepare_on_first_call`: a call meeting a new shape compiles for it; otherwise only a preparation run does
+  // (background_preparation.h), and other calls run the generated kernels until it has.
+  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call)
+      : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout),
+        prepare_on_first_call_(prepare_on_first_call) {
     for (const ChainLink& link : chain_) {
       chain_view_.push_back(&link.site);
     }
@@ -120,8 +124,11 @@ class ConvSiteKernel {
     const at::Tensor* residual = adds ? &residual_value->toTensor() : nullptr;
     if (const Prepared* prepared = find_prepared(input, residual)) {
       run_prepared(*prepared, input, residual, stack);
-    } else {
+    } else if (prepare_on_first_call_ || in_preparation_run()) {
       prepare_and_run(input, residual, stack);
+    } else {
+      note_unprepared_shape(); // a preparation run on this call's inputs will prepare it
+      run_generated(stack);
     }
   }
 
@@ -144,7 +151,7 @@ class ConvSiteKernel {
   struct Prepared {
     TensorShape input;
     std::optional<TensorShape> residual;
-    std::unique_ptr<OnednnConvPartition> partition; // null: this shape runs the generated kernels
+    std::unique_ptr<OnednnPartition> partition; // null: this shape runs the generated kernels
     bool matches(const at::Tensor& in, const at::Tensor* res) const {
       return input.matches(in) && (res == nullptr || (residual && residual->matches(*res)));
     }
@@ -160,12 +167,16 @@ class ConvSiteKernel {
     at::Tensor result = prepared.partition->run(input, residual);
     torch::jit::drop(stack, call_arguments_ + (residual != nullptr ? 1 : 0));
     torch::jit::push(stack, std::move(result));
-    specialized_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (!in_preparation_run()) { // the caller's calls only
+      specialized_calls_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
   // The generated kernels, as the sites would run without the stage.
   void run_generated(torch::jit::Stack& stack) const {
-    generated_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (!in_preparation_run()) { // the caller's calls only
+      generated_calls_.fetch_add(1, std::memory_order_relaxed);
+    }
     run_generated_kernels(stack);
   }
 
@@ -232,7 +243,7 @@ class ConvSiteKernel {
                                      : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
                                                                            : input.suggest_memory_format();
     at::Tensor got;
-    auto partition = OnednnConvPartition::compile(chain_view_, input_kept, residual_arg, format, got, why_not);
+    auto partition = OnednnPartition::compile(chain_view_, input_kept, residual_arg, format, got, why_not);
     const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(call_arguments_ + (residual ? 1 : 0)),
         stack.end());
     run_generated(stack); // the reference, and the result if the partition is not kept
@@ -263,7 +274,7 @@ class ConvSiteKernel {
 
   // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
   // the generated kernels, each timed over a few runs on this call's own tensors (the best run of each).
-  bool compiled_is_faster(const OnednnConvPartition& partition, const torch::jit::Stack& arguments,
+  bool compiled_is_faster(const OnednnPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
     double compiled = INFINITY, generated = INFINITY;
     partition.run(input, residual); // oneDNN finishes preparing the weight on the run after compiling
@@ -284,7 +295,7 @@ class ConvSiteKernel {
     double total = 0;
     std::vector<int64_t> sizes = input.sizes().vec();
     for (const ChainLink& link : chain_) {
-      sizes = conv_output_sizes(link.site, sizes);
+      sizes = site_output_sizes(link.site, sizes);
       total += static_cast<double>(c10::multiply_integers(sizes)) *
                static_cast<double>(link.site.weight.numel() / link.site.weight.size(0));
     }
@@ -298,9 +309,10 @@ class ConvSiteKernel {
   }
 
   std::vector<ChainLink> chain_;
-  ConvChain chain_view_; // into chain_
+  SiteChain chain_view_; // into chain_
   size_t call_arguments_; // what the call instruction gives: the input and the last site's constants
   ResultLayout layout_;
+  bool prepare_on_first_call_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Prepared>> prepared_; // appended under the mutex, never removed
   mutable std::atomic<const Prepared*> last_{nullptr};
@@ -334,7 +346,7 @@ bool model_is_layout_sensitive(const torch::jit::mobile::Module& module) {
 
 std::string runs_description(const std::vector<std::string>& fused) {
   if (fused.size() == 1) {
-    return "static+onednn(conv2d)";
+    return "static+onednn(" + short_name(fused[0]) + ")";
   }
   std::string names;
   for (const std::string& op : fused) {
@@ -344,7 +356,11 @@ std::string runs_description(const std::vector<std::string>& fused) {
 }
 
 // The first site's input is the chain's; the last site's result is its result.
-ResultLayout layout_of(size_t first, size_t last, const SiteDataflow& flow, bool model_minds_layout) {
+ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_t last, const SiteDataflow& flow,
+    bool model_minds_layout) {
+  if (sites[last].op == SiteOp::Linear) {
+    return ResultLayout::AsInput; // no channels to put last
+  }
   if (flow.feeds_only_sites[last] || (flow.escapes_only_to_layout_free_ops[last] && !model_minds_layout)) {
     return ResultLayout::ChannelsLast;
   }
@@ -354,7 +370,7 @@ ResultLayout layout_of(size_t first, size_t last, const SiteDataflow& flow, bool
 
 // The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
 // depthwise conv joins it; every other site is a chain of its own.
-std::vector<std::vector<size_t>> chains_of(const std::vector<ConvSite>& sites, const SiteDataflow& flow) {
+std::vector<std::vector<size_t>> chains_of(const std::vector<WeightSite>& sites, const SiteDataflow& flow) {
   std::vector<std::vector<size_t>> chains;
   std::vector<bool> taken(sites.size(), false);
   for (size_t index = 0; index < sites.size(); ++index) {
@@ -380,7 +396,8 @@ void absorb_instruction(torch::jit::mobile::Code& code, size_t pc, size_t consta
 
 } // namespace
 
-std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module, const ReturnCount& returns_of) {
+std::shared_ptr<Specialization> specialize_call_sites(
+    torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call) {
   auto result = std::make_shared<Specialization>();
   if (!onednn_graph_available()) {
     return result;
@@ -391,10 +408,10 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
   const bool model_minds_layout = model_is_layout_sensitive(module);
   for (torch::jit::mobile::Function* function : functions_to_run(module)) {
     auto& code = const_cast<torch::jit::mobile::Function*>(function)->get_code();
-    std::vector<ConvSite> sites = find_conv_sites(code);
+    std::vector<WeightSite> sites = find_weight_sites(code);
     const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
     for (const std::vector<size_t>& chain : chains_of(sites, flow)) {
-      const ResultLayout layout = layout_of(chain.front(), chain.back(), flow, model_minds_layout);
+      const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
       result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
       Specialization::Site entry;
       entry.report.function = function->qualname().qualifiedName();
@@ -402,10 +419,10 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       entry.report.result_layout = result_layout_name(layout);
       std::vector<ChainLink> links;
       for (size_t index : chain) {
-        ConvSite& site = sites[index];
+        WeightSite& site = sites[index];
         ChainLink link;
         link.conv = code.operators_[code.instructions_[site.conv_instruction].X];
-        entry.report.fused.push_back("aten::conv2d");
+        entry.report.fused.push_back(site.op_name());
         entry.report.fused_instructions.push_back(site.conv_instruction);
         if (site.post_op != PostOp::None) {
           link.post_op = code.operators_[code.instructions_[site.post_op_instruction].X];
@@ -421,7 +438,7 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       }
       entry.report.runs = runs_description(entry.report.fused);
       const size_t call_pc = links.back().site.conv_instruction;
-      entry.kernel = std::make_shared<ConvSiteKernel>(std::move(links), layout);
+      entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call);
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }

@@ -1,8 +1,10 @@
-// The bind-time stage: after every call site is bound to its generated kernel, give the conv2d sites whose
-// weights and parameters are constants a kernel compiled for them, with the operation that follows fused in.
+// The bind-time stage: after every call site is bound to its generated kernel, give the conv2d and linear sites
+// whose weights and parameters are constants a kernel compiled for them, with the operation that follows fused
+// in; a 1x1 conv whose result only feeds a depthwise conv shares that conv's kernel.
 //
-// A specialised site is prepared on its first call for each input shape (oneDNN Graph compiles for a shape),
-// checked once against the generated kernel on that call, and from then on runs the compiled partition; a
+// A specialised site is prepared for each input shape it meets (oneDNN Graph compiles for a shape): on that
+// first call, or by a background run on a copy of that call's inputs (background_preparation.h), checked once
+// against the generated kernel on those tensors, and from then on runs the compiled partition; a
 // site oneDNN Graph does not take, or whose check fails, or that sees more shapes than it keeps, runs its
 // generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
 // safe. A result is channels_last, the layout oneDNN's kernels run fastest in, where that is free: when it only
@@ -12,7 +14,7 @@
 #pragma once
 
 #include <lightweight_dispatch/runtime.h>
-#include <lite_predictor/conv_sites.h>
+#include <lite_predictor/weight_sites.h>
 
 #include <torch/csrc/jit/mobile/module.h>
 
@@ -22,7 +24,7 @@
 
 namespace lightweight_dispatch {
 
-class ConvSiteKernel;
+class SiteKernel;
 
 class Specialization {
  public:
@@ -30,6 +32,9 @@ class Specialization {
   std::vector<SpecializedCallSite> sites() const;
   // What the call site at `instruction` of `function` runs, or null if the stage left it alone.
   const std::string* runs(const std::string& function, size_t instruction) const;
+  bool empty() const {
+    return sites_.empty();
+  }
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
   bool may_return_channels_last() const {
     return returns_channels_last_;
@@ -37,19 +42,21 @@ class Specialization {
 
  private:
   friend std::shared_ptr<Specialization> specialize_call_sites(
-      torch::jit::mobile::Module& module, const ReturnCount& returns_of);
+      torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call);
   struct Site {
     SpecializedCallSite report;
-    std::shared_ptr<ConvSiteKernel> kernel;
+    std::shared_ptr<SiteKernel> kernel;
   };
   std::vector<Site> sites_;
   bool returns_channels_last_ = false;
 };
 
 // Re-binds the module's specialisable call sites (bind_static must have run); `returns_of` tells how many values
-// each operator the model calls pushes, for tracing where results go. The re-bound operators hold their own
-// state: the result only reports on them.
-std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module, const ReturnCount& returns_of);
+// each operator the model calls pushes, for tracing where results go. With `prepare_on_first_call` a site's call
+// meeting a new shape prepares it; without, only a preparation run does (background_preparation.h). The
+// re-bound operators hold their own state: the result only reports on them.
+std::shared_ptr<Specialization> specialize_call_sites(
+    torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call);
 
 // Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
 // which the stock kernels, too, would return channels_last results).

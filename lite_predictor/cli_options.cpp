@@ -66,9 +66,16 @@ options:
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
   --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
-                     the stock kernels' results). By default conv2d sites with constant weights (frozen
-                     models) run a oneDNN Graph kernel compiled on their first call per input shape, with
-                     a following relu/hardtanh/residual add fused in; the report lists them
+                     the stock kernels' results). By default conv2d and linear sites with constant weights
+                     (frozen models) run a oneDNN Graph kernel compiled on their first call per input
+                     shape, with a following relu/hardtanh/residual add fused in, and a 1x1 conv in one
+                     kernel with the depthwise conv it feeds; the report lists them
+  --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
+                     background (default): the first run runs the generated kernels, then the model runs
+                     once more on a thread of its own to compile and check every site; lite_predictor
+                     waits for it before the warm-up, and compares and saves the outputs of a run made
+                     after it. first-call: the first run compiles and checks each site as it reaches it
+                     (a slower first run; every run's outputs from the compiled kernels)
   --default-malloc   leave glibc's allocator thresholds as they are; by default they are raised so that an
                      inference's large temporaries are reused from the heap, not mmap'd afresh each call
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
@@ -148,6 +155,15 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.in_process = true;
     } else if (arg == "--no-specialize") {
       options.specialize = false;
+    } else if (arg == "--prepare") {
+      const std::string& when = value();
+      if (when == "background") {
+        options.prepare_on_first_call = false;
+      } else if (when == "first-call") {
+        options.prepare_on_first_call = true;
+      } else {
+        throw UsageError("--prepare expects 'background' or 'first-call', got '" + when + "'");
+      }
     } else if (arg == "--default-malloc") {
       options.default_malloc = true;
     } else if (arg == "--list-ops") {

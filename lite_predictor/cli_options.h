@@ -33,6 +33,7 @@ struct Options {
   bool profile_ops = false; // after the timed runs, --iters more with a per-operator timer
   bool in_process = false; // no crash-guard child process (for debuggers and profilers)
   bool specialize = true; // the bind-time stage (static dispatch); --no-specialize turns it off
+  bool prepare_on_first_call = false; // --prepare first-call: its kernels compile on the calling thread
   bool default_malloc = false; // leave glibc's mmap thresholds as they are (for comparison)
   bool json = false;
   bool help = false;

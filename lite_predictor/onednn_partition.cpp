@@ -23,35 +23,46 @@ bool is_dense_float_cpu(const at::Tensor& t, int64_t dim) {
          t.device().is_cpu() && !t.is_mkldnn() && t.is_non_overlapping_and_dense();
 }
 
-std::vector<int64_t> chain_output_sizes(const ConvChain& chain, const at::Tensor& input) {
+std::vector<int64_t> chain_output_sizes(const SiteChain& chain, const at::Tensor& input) {
   std::vector<int64_t> sizes = input.sizes().vec();
-  for (const ConvSite* site : chain) {
-    sizes = conv_output_sizes(*site, sizes);
+  for (const WeightSite* site : chain) {
+    sizes = site_output_sizes(*site, sizes);
   }
   return sizes;
 }
 
+// Why oneDNN Graph cannot take this site for an input of `sizes`, or "" if it can try.
+std::string unsupported_because(const WeightSite& site, const std::vector<int64_t>& sizes) {
+  const int64_t weight_dim = site.op == SiteOp::Conv2d ? 4 : 2;
+  if (!is_dense_float_cpu(site.weight, weight_dim) || (site.bias && !is_dense_float_cpu(*site.bias, 1))) {
+    return "the weight or bias is not float32";
+  }
+  if (site.op == SiteOp::Linear) {
+    return sizes.back() == site.weight.size(1) ? "" : "the weight does not fit the input's last dimension";
+  }
+  if (sizes.size() != 4 || site.stride.size() != 2 || site.padding.size() != 2 || site.dilation.size() != 2 ||
+      site.groups < 1 || sizes[1] != site.weight.size(1) * site.groups) {
+    return "the parameters do not describe a 2-d convolution of this input";
+  }
+  const auto out = site_output_sizes(site, sizes);
+  return out[2] < 1 || out[3] < 1 ? "the input is smaller than the kernel" : "";
+}
+
 // Why oneDNN Graph cannot take this chain for these tensors, or "" if it can try.
-std::string unsupported_because(const ConvChain& chain, const at::Tensor& input, const at::Tensor* residual) {
-  if (!is_dense_float_cpu(input, 4)) {
-    return "the input is not a dense 4-d float32 CPU tensor";
+std::string unsupported_because(const SiteChain& chain, const at::Tensor& input, const at::Tensor* residual) {
+  const int64_t dim = chain.front()->op == SiteOp::Conv2d ? 4 : 2; // oneDNN Graph's matmul here: 2-d
+  if (!is_dense_float_cpu(input, dim)) {
+    return "the input is not a dense " + std::to_string(dim) + "-d float32 CPU tensor";
   }
   std::vector<int64_t> sizes = input.sizes().vec();
-  for (const ConvSite* site : chain) {
-    if (!is_dense_float_cpu(site->weight, 4) || (site->bias && !is_dense_float_cpu(*site->bias, 1))) {
-      return "the weight or bias is not float32";
+  for (const WeightSite* site : chain) {
+    if (std::string why = unsupported_because(*site, sizes); !why.empty()) {
+      return why;
     }
-    if (site->stride.size() != 2 || site->padding.size() != 2 || site->dilation.size() != 2 || site->groups < 1 ||
-        sizes[1] != site->weight.size(1) * site->groups) {
-      return "the parameters do not describe a 2-d convolution of this input";
-    }
-    sizes = conv_output_sizes(*site, sizes);
-    if (sizes[2] < 1 || sizes[3] < 1) {
-      return "the input is smaller than the kernel";
-    }
+    sizes = site_output_sizes(*site, sizes);
   }
   if (chain.back()->post_op == PostOp::Add &&
-      (residual == nullptr || !is_dense_float_cpu(*residual, 4) || residual->sizes() != sizes)) {
+      (residual == nullptr || !is_dense_float_cpu(*residual, dim) || residual->sizes() != sizes)) {
     return "the tensor added is not a dense float32 tensor of the result's sizes";
   }
   return "";
@@ -63,21 +74,23 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-struct OnednnConvPartition::Impl {
+struct OnednnPartition::Impl {
   std::shared_ptr<Graph> graph; // owns the fusion group node the operation refers to
   std::optional<torch::jit::Operation> operation;
-  std::vector<int> input_order; // per fusion-group input: 0 = the conv's input, 1 = the tensor added
+  std::vector<int> input_order; // per fusion-group input: 0 = the chain's input, 1 = the tensor added
 };
 
 namespace {
 
-// One site's conv2d and fused operation appended to `graph`, after `input`; its result.
-Value* append_site(Graph& graph, const ConvSite& site, Value* input, Value* residual, const c10::TensorTypePtr& type) {
+// One site's operator and fused operation appended to `graph`, after `input`; its result.
+Value* append_site(Graph& graph, const WeightSite& site, Value* input, Value* residual, const c10::TensorTypePtr& type) {
   namespace aten = torch::jit::aten;
   Value* weight = graph.insertConstant(site.weight);
   Value* bias = site.bias ? graph.insertConstant(*site.bias) : graph.insertConstant(c10::IValue());
-  Value* result =
-      graph.insert(aten::conv2d, {input, weight, bias, site.stride, site.padding, site.dilation, site.groups});
+  Value* result = site.op == SiteOp::Linear
+                      ? graph.insert(aten::linear, {input, weight, bias})
+                      : graph.insert(aten::conv2d,
+                            {input, weight, bias, site.stride, site.padding, site.dilation, site.groups});
   result->setType(type);
   switch (site.post_op) {
     case PostOp::None:
@@ -98,7 +111,7 @@ Value* append_site(Graph& graph, const ConvSite& site, Value* input, Value* resi
 
 // The chain as a TorchScript graph whose values carry the sizes and strides oneDNN Graph compiles for (a value
 // between two sites is channels_last: no one sees it).
-std::shared_ptr<Graph> chain_graph(const ConvChain& chain, const at::Tensor& input, const at::Tensor* residual,
+std::shared_ptr<Graph> chain_graph(const SiteChain& chain, const at::Tensor& input, const at::Tensor* residual,
     const at::Tensor& output_like, Value*& input_value, Value*& residual_value) {
   auto graph = std::make_shared<Graph>();
   input_value = graph->addInput("input");
@@ -112,7 +125,7 @@ std::shared_ptr<Graph> chain_graph(const ConvChain& chain, const at::Tensor& inp
   Value* value = input_value;
   std::vector<int64_t> sizes = input.sizes().vec();
   for (size_t i = 0; i < chain.size(); ++i) {
-    sizes = conv_output_sizes(*chain[i], sizes);
+    sizes = site_output_sizes(*chain[i], sizes);
     const bool last = i + 1 == chain.size();
     const at::Tensor like = last ? output_like
                                  : at::empty(sizes, input.options().memory_format(c10::MemoryFormat::ChannelsLast));
@@ -140,7 +153,7 @@ bool onednn_graph_available() {
   return true;
 }
 
-std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChain& chain, const at::Tensor& input,
+std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain& chain, const at::Tensor& input,
     const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
   why_not = unsupported_because(chain, input, residual);
   if (!why_not.empty()) {
@@ -170,7 +183,7 @@ std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChai
     impl->graph->insertNode(group);
     impl->graph->registerOutput(group->output());
     impl->operation = group->getOperation();
-    std::unique_ptr<OnednnConvPartition> partition(new OnednnConvPartition(std::move(impl)));
+    std::unique_ptr<OnednnPartition> partition(new OnednnPartition(std::move(impl)));
     // oneDNN compiles on the first execution: do it now, so that a failure is this site's and not a run's.
     first_result = partition->run(input, residual);
     if (first_result.sizes() != output_like.sizes() || first_result.strides() != output_like.strides() ||
@@ -186,7 +199,7 @@ std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChai
   }
 }
 
-at::Tensor OnednnConvPartition::run(const at::Tensor& input, const at::Tensor* residual) const {
+at::Tensor OnednnPartition::run(const at::Tensor& input, const at::Tensor* residual) const {
   torch::jit::Stack stack;
   stack.reserve(impl_->input_order.size());
   for (int which : impl_->input_order) {
@@ -198,25 +211,25 @@ at::Tensor OnednnConvPartition::run(const at::Tensor& input, const at::Tensor* r
 
 #else // no MKLDNN: every site keeps its generated kernel
 
-struct OnednnConvPartition::Impl {};
+struct OnednnPartition::Impl {};
 
 bool onednn_graph_available() {
   return false;
 }
 
-std::unique_ptr<OnednnConvPartition> OnednnConvPartition::compile(const ConvChain&, const at::Tensor&,
+std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain&, const at::Tensor&,
     const at::Tensor*, c10::MemoryFormat, at::Tensor&, std::string& why_not) {
   why_not = "this LibTorch has no oneDNN Graph";
   return nullptr;
 }
 
-at::Tensor OnednnConvPartition::run(const at::Tensor&, const at::Tensor*) const {
+at::Tensor OnednnPartition::run(const at::Tensor&, const at::Tensor*) const {
   TORCH_CHECK(false, "this LibTorch has no oneDNN Graph");
 }
 
 #endif
 
-OnednnConvPartition::OnednnConvPartition(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-OnednnConvPartition::~OnednnConvPartition() = default;
+OnednnPartition::OnednnPartition(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OnednnPartition::~OnednnPartition() = default;
 
 } // namespace lightweight_dispatch

@@ -9,7 +9,7 @@
 // Nothing here is LibTorch-internal state a .ptl could carry: it is made at run time, in this process.
 #pragma once
 
-#include <lite_predictor/conv_sites.h>
+#include <lite_predictor/weight_sites.h>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/MemoryFormat.h>
@@ -23,23 +23,23 @@ namespace lightweight_dispatch {
 // Whether this LibTorch has oneDNN Graph (x86 builds with MKLDNN).
 bool onednn_graph_available();
 
-class OnednnConvPartition {
+class OnednnPartition {
  public:
   // Compiles `chain` for `input` (and, when its last site's post-op is PostOp::Add, `residual`), producing its
   // result in `output_format`, and runs it once on them (oneDNN compiles on the first execution): that result
   // goes to `first_result`. Returns null with `why_not` set when oneDNN Graph does not take the chain (an
   // unsupported dtype or parameters, more than one partition, a failed compilation, a result in another layout).
-  static std::unique_ptr<OnednnConvPartition> compile(const ConvChain& chain, const at::Tensor& input,
+  static std::unique_ptr<OnednnPartition> compile(const SiteChain& chain, const at::Tensor& input,
       const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
 
-  ~OnednnConvPartition();
+  ~OnednnPartition();
 
   // Runs on tensors of exactly the sizes and strides it was compiled for (the caller checks).
   at::Tensor run(const at::Tensor& input, const at::Tensor* residual) const;
 
  private:
   struct Impl;
-  explicit OnednnConvPartition(std::unique_ptr<Impl> impl);
+  explicit OnednnPartition(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

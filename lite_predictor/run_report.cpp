@@ -1,7 +1,6 @@
 #include <lite_predictor/run_report.h>
 
 #include <iomanip>
-#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -102,17 +101,21 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
     return;
   }
   if (report.specialized_sites.empty()) {
-    out << "bind-time: no call site to specialise (conv2d with constant weights)\n";
+    out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
     return;
   }
   std::map<std::string, int> by_kind;
   int64_t specialized = 0, generated = 0;
-  size_t convs = 0;
+  std::map<std::string, size_t> calls_by_op; // conv2d / linear call sites covered
   double prepare_ms = 0;
   std::vector<std::string> notes;
   for (const SpecializedCallSite& site : report.specialized_sites) {
     by_kind[site.runs] += 1;
-    convs += static_cast<size_t>(std::count(site.fused.begin(), site.fused.end(), "aten::conv2d"));
+    for (const std::string& op : site.fused) {
+      if (op == "aten::conv2d" || op == "aten::linear") {
+        calls_by_op[op.substr(6)] += 1;
+      }
+    }
     prepare_ms += site.prepare_ms;
     specialized += site.specialized_calls;
     generated += site.generated_calls;
@@ -120,16 +123,33 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
       notes.push_back(site.function + " @" + std::to_string(site.instruction) + ": " + note);
     }
   }
-  out << "bind-time: " << convs << " conv2d call site(s) re-bound to " << report.specialized_sites.size()
+  size_t covered = 0;
+  std::string by_op;
+  for (const auto& [op, count] : calls_by_op) {
+    covered += count;
+    by_op += (by_op.empty() ? "" : ", ") + std::to_string(count) + " " + op;
+  }
+  out << "bind-time: " << covered << " call site(s) (" << by_op << ") re-bound to " << report.specialized_sites.size()
       << " oneDNN Graph kernels (";
   const char* separator = "";
   for (const auto& [kind, count] : by_kind) {
     out << separator << count << " " << kind;
     separator = ", ";
   }
+  const BackgroundPreparationStatus& background = report.background_preparation;
   out << "); calls: " << specialized << " compiled kernel, " << generated
       << " generated kernels (each shape's first call, and shapes a site does not take); compiling and checking "
-      << std::fixed << std::setprecision(1) << prepare_ms << std::defaultfloat << " ms, in the first run\n";
+      << std::fixed << std::setprecision(1) << prepare_ms;
+  if (background.runs > 0) {
+    out << " ms, in " << background.runs << " background run(s) of " << background.busy_ms
+        << " ms after the first run (waited " << report.kernels_waited_ms << " ms)";
+  } else {
+    out << " ms, in the first run";
+  }
+  out << std::defaultfloat << "\n";
+  if (!background.error.empty()) {
+    out << "  background preparation failed (its sites keep their generated kernels): " << background.error << "\n";
+  }
   for (const std::string& note : notes) {
     out << "  kept generated: " << note << "\n";
   }
@@ -144,7 +164,10 @@ std::string json_int_list(const std::vector<size_t>& values) {
 }
 
 void print_specialization_json(std::ostream& out, const RunReport& report) {
-  out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"call_sites\": [";
+  const BackgroundPreparationStatus& background = report.background_preparation;
+  out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"background_preparation\": {\"runs\": "
+      << background.runs << ", \"busy_ms\": " << background.busy_ms << ", \"waited_ms\": " << report.kernels_waited_ms
+      << ", \"error\": " << json_string(background.error) << "}, \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction

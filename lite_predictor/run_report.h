@@ -29,6 +29,9 @@ struct RunReport {
   double load_ms = 0.0;
   LoadTimings load_timings; // load_ms, stage by stage
   double first_run_ms = 0.0;
+  // Preparation::Background: its runs, and how long lite_predictor waited for them after the first run.
+  BackgroundPreparationStatus background_preparation;
+  double kernels_waited_ms = 0.0;
   double median_ms = 0.0;
   double min_ms = 0.0;
   double page_faults_per_run = 0.0; // minor page faults per timed run (fresh mmap'd pages show up here)

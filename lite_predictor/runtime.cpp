@@ -4,6 +4,7 @@
 #include <lightweight_dispatch/runtime.h>
 
 #include <lite_predictor/allocator_settings.h>
+#include <lite_predictor/background_preparation.h>
 #include <lite_predictor/bytecode_interpreter.h>
 #include <lite_predictor/call_site_specialization.h>
 #include <lite_predictor/forward_arguments.h>
@@ -116,6 +117,9 @@ struct Model::Impl {
   // the library and tie it to one generated kernel library.
   Impl(std::string model_path, LoadOptions load_options)
       : path(std::move(model_path)), options(std::move(load_options)) {}
+  ~Impl() {
+    preparer.reset(); // its run uses everything below
+  }
 
   std::string path;
   LoadOptions options;
@@ -130,6 +134,31 @@ struct Model::Impl {
   mutable std::map<std::string, std::unique_ptr<BytecodeInterpreter>> interpreters;
   const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
   std::optional<torch::jit::mobile::Method> forward_method;
+  std::unique_ptr<BackgroundPreparer> preparer; // Preparation::Background, with sites to prepare
+
+  // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
+  c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
+    if (method == "forward" && forward_interpreter != nullptr) {
+      return forward_interpreter->run(std::move(inputs));
+    }
+    return interpreter_of(options) == Interpreter::Lightweight ? interpreter_for(method).run(std::move(inputs))
+                                                               : module.get_method(method)(std::move(inputs));
+  }
+
+  // A run of `method` by the caller: with background preparation, a run that met a shape some site had no
+  // kernel for starts a preparation run on a copy of its inputs.
+  c10::IValue run_for_caller(const std::string& method, std::vector<c10::IValue> inputs) const {
+    if (!preparer) {
+      return run(method, std::move(inputs));
+    }
+    take_unprepared_shape(); // only this run's
+    const std::vector<c10::IValue> given = inputs; // the values, shared: copied only if a run starts
+    c10::IValue output = run(method, std::move(inputs));
+    if (take_unprepared_shape()) {
+      preparer->start(method, given);
+    }
+    return output;
+  }
 
   const BytecodeInterpreter& interpreter_for(const std::string& method) const {
     std::lock_guard<std::mutex> lock(interpreters_mutex);
@@ -175,14 +204,23 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     start = Clock::now();
     if (options.specialize) {
       std::unordered_map<std::string, std::optional<size_t>> return_counts; // one schema parse per operator
-      impl->specialization = specialize_call_sites(impl->module, [&](const std::string& op) {
+      const auto returns_of = [&](const std::string& op) {
         auto found = return_counts.find(op);
         if (found == return_counts.end()) {
           found = return_counts.emplace(op, operator_return_count(op, index)).first;
         }
         return found->second;
-      });
+      };
+      impl->specialization =
+          specialize_call_sites(impl->module, returns_of, options.preparation == Preparation::FirstCall);
       impl->restores_layout = impl->specialization->may_return_channels_last();
+      if (options.preparation == Preparation::Background && !impl->specialization->empty()) {
+        impl->preparer = std::make_unique<BackgroundPreparer>(
+            [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
+              c10::InferenceMode inference_mode;
+              model->run(method, std::move(inputs));
+            });
+      }
     }
     impl->timings.specialize_ms = ms_since(start);
   } else {
@@ -208,7 +246,7 @@ c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
     c10::InferenceMode inference_mode;
     const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
     try {
-      c10::IValue output = impl_->forward_interpreter->run(std::move(inputs));
+      c10::IValue output = impl_->run_for_caller("forward", std::move(inputs));
       return restore ? restore_stock_layout(std::move(output)) : output;
     } catch (const std::exception& e) {
       throw failed_while_running(e);
@@ -228,9 +266,7 @@ c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue
   c10::InferenceMode inference_mode;
   const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
   try {
-    c10::IValue output = interpreter_of(impl_->options) == Interpreter::Lightweight
-                             ? impl_->interpreter_for(method).run(std::move(inputs))
-                             : impl_->module.get_method(method)(std::move(inputs));
+    c10::IValue output = impl_->run_for_caller(method, std::move(inputs));
     return restore ? restore_stock_layout(std::move(output)) : output;
   } catch (const BytecodeError& e) {
     throw ModelLoadError(impl_->path + ": " + printable_first_line(e.what()));
@@ -287,6 +323,16 @@ std::vector<CallSite> Model::call_sites() const {
 
 std::vector<SpecializedCallSite> Model::specialized_sites() const {
   return impl_->specialization ? impl_->specialization->sites() : std::vector<SpecializedCallSite>{};
+}
+
+void Model::wait_for_kernels() const {
+  if (impl_->preparer) {
+    impl_->preparer->wait();
+  }
+}
+
+BackgroundPreparationStatus Model::background_preparation() const {
+  return impl_->preparer ? impl_->preparer->status() : BackgroundPreparationStatus{};
 }
 
 const std::string& Model::path() const {

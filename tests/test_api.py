@@ -30,7 +30,7 @@ def test_the_api_from_cpp(models_dir: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "api_check: 11 passed, 0 failed"
+    assert lines[-1] == "api_check: 17 passed, 0 failed"
     assert "ok   4 threads x 5 concurrent forward calls are bit-identical to one thread: 0 differed" in lines
     assert "ok   MissingOperatorsError lists every missing operator: 2 listed" in lines
     assert any(line.startswith("ok   a damaged file is a ModelLoadError naming it: " + str(damaged)) for line in lines)

@@ -23,6 +23,12 @@ def run_saving(predictor: Path, model: Path, out: Path, *args: object) -> dict:
     return run.json()
 
 
+def later_runs(report: dict) -> int:
+    """The runs after the first one in a run_saving report: the timed ones, and with background preparation the
+    run after it whose outputs lite_predictor checks."""
+    return report["iters"] + (1 if report["background_preparation"]["runs"] > 0 else 0)
+
+
 def save_frozen(module: torch.nn.Module, example: list[torch.Tensor], path: Path) -> Path:
     """Freeze `module` as the test models are frozen, save it for the lite interpreter, and save its eager
     outputs and inputs beside it (NAME.expected.pt, NAME.inputs.pt), as lite_predictor looks for them."""
@@ -67,23 +73,25 @@ def test_mobilenet_v2_convs_run_compiled_kernels_with_their_activations_fused(
     sites = report["specialized_sites"]
     kinds = sorted({tuple(site["fused"]) for site in sites})
     pair = ("aten::conv2d", "aten::hardtanh_", "aten::conv2d", "aten::hardtanh_")
-    assert kinds == [("aten::conv2d",), ("aten::conv2d", "aten::add.Tensor"), ("aten::conv2d", "aten::hardtanh_"), pair]
-    # Every conv2d in the frozen model, in 36 kernels: each of the 16 expanding blocks' 1x1 conv runs with the
-    # depthwise conv it feeds.
+    assert kinds == [("aten::conv2d",), ("aten::conv2d", "aten::add.Tensor"), ("aten::conv2d", "aten::hardtanh_"), pair,
+                     ("aten::linear",)]
+    # Every conv2d in the frozen model and the classifier's linear, in 37 kernels: each of the 16 expanding
+    # blocks' 1x1 conv runs with the depthwise conv it feeds.
     assert sum(site["fused"].count("aten::conv2d") for site in sites) == 52
-    assert len(sites) == 36 and sum(tuple(site["fused"]) == pair for site in sites) == 16
+    assert len(sites) == 37 and sum(tuple(site["fused"]) == pair for site in sites) == 16
     for site in sites:
         assert len(site["fused_instructions"]) == len(site["fused"]) and site["fused_instructions"][0] == site["instruction"]
     compiled = 0
+    later = later_runs(report)
     for site in sites:
-        # 4 runs (the first, then --iters 3): the first prepares and checks (generated kernels), the rest run the
-        # compiled kernel, unless it lost the race a cheap call runs against the generated kernels.
+        # The first run has the generated kernels (while the background run prepares and checks), the rest run
+        # the compiled kernel, unless it lost the race a cheap call runs against the generated kernels.
         if site["notes"]:
             (note,) = site["notes"]
             assert note.endswith("the generated kernels were faster for this shape"), note
-            assert (site["generated_calls"], site["specialized_calls"]) == (4, 0), site
+            assert (site["generated_calls"], site["specialized_calls"]) == (1 + later, 0), site
         else:
-            assert (site["generated_calls"], site["specialized_calls"]) == (1, 3), site
+            assert (site["generated_calls"], site["specialized_calls"]) == (1, later), site
             compiled += 1
     assert compiled >= 28  # only a few of the cheapest 1x1 convs may lose their race
     assert all(not site["notes"] for site in sites if tuple(site["fused"]) == pair)
@@ -99,10 +107,10 @@ def test_mobilenet_v2_convs_run_compiled_kernels_with_their_activations_fused(
 
 def test_results_are_channels_last_only_where_they_feed_other_sites(predictor: Path, models_dir: Path) -> None:
     # MobileNetV2: every conv feeds the next one (or a fused residual add) except the last, which feeds the
-    # classifier's pooling: that one gives the generated kernels' (contiguous) layout.
+    # classifier's pooling: that one gives the generated kernels' (contiguous) layout, as does the linear.
     report = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--warmup", "0", "--json").json()
     layouts = [site["result_layout"] for site in report["specialized_sites"]]
-    assert layouts == ["channels_last"] * 35 + ["contiguous"]
+    assert layouts == ["channels_last"] * 35 + ["contiguous", "as its input"]
     # typed_arguments: its convs feed small elementwise ops, which run slower on channels_last tensors.
     report = run_predictor(predictor, models_dir / "typed_arguments.ptl", "--iters", "1", "--warmup", "0", "--json").json()
     assert {site["result_layout"] for site in report["specialized_sites"]} == {"as its input"}
@@ -123,7 +131,7 @@ def test_no_specialize_leaves_every_call_site_on_its_generated_kernel(predictor:
 def test_text_report_names_the_specialised_sites(predictor: Path, models_dir: Path) -> None:
     run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "2", "--warmup", "0")
     assert run.returncode == 0, run.stderr
-    assert "bind-time: 52 conv2d call site(s) re-bound to 36 oneDNN Graph kernels" in run.stdout
+    assert "bind-time: 53 call site(s) (52 conv2d, 1 linear) re-bound to 37 oneDNN Graph kernels" in run.stdout
     assert "3 static+fused(conv2d,hardtanh_)" in run.stdout
     assert "16 static+fused(conv2d,hardtanh_,conv2d,hardtanh_)" in run.stdout
 
@@ -151,12 +159,13 @@ def test_a_site_prepares_each_new_shape_and_keeps_generated_kernels_beyond_its_l
     assert report["outputs_match"] is True, report["mismatch"]
     (site,) = report["specialized_sites"]
     assert site["fused"] == ["aten::conv2d", "aten::relu"]
-    # 4 runs x 6 shapes: 4 shapes prepared (first call generated, then compiled unless the generated kernels won
-    # the race of a cheap call), 2 beyond the limit (generated every time).
+    # 6 shapes a run: 4 prepared (the first run generated, then compiled unless the generated kernels won the
+    # race of a cheap call), 2 beyond the limit (generated every time).
     lost = sum(note.endswith("the generated kernels were faster for this shape") for note in site["notes"])
     assert len(site["notes"]) == lost
-    assert site["specialized_calls"] == 3 * (4 - lost)
-    assert site["generated_calls"] == 4 + 3 * lost + 2 * 4
+    later = later_runs(report)
+    assert site["specialized_calls"] == later * (4 - lost)
+    assert site["generated_calls"] == 6 + later * (lost + 2)
 
 
 class WeightAsInput(torch.nn.Module):
@@ -196,7 +205,7 @@ def test_a_model_that_views_a_conv_result_still_runs(predictor: Path, tmp_path: 
         assert site["notes"][0].endswith("the generated kernels were faster for this shape")
         assert site["specialized_calls"] == 0
     else:
-        assert site["specialized_calls"] == 3
+        assert site["specialized_calls"] == later_runs(report)
 
 
 def test_channels_last_inputs_give_channels_last_outputs_as_the_stock_kernels_do(
@@ -261,7 +270,7 @@ def test_a_pointwise_conv_runs_in_one_kernel_with_the_depthwise_conv_it_feeds(
     assert site["fused"] == ["aten::conv2d", "aten::hardtanh_", "aten::conv2d", "aten::relu"]
     assert site["runs"] == "static+fused(conv2d,hardtanh_,conv2d,relu)"
     if not site["notes"]:  # a cheap pair may lose its race against the generated kernels
-        assert (site["generated_calls"], site["specialized_calls"]) == (1, 5)
+        assert (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(on))
     else:
         assert site["notes"][0].endswith("the generated kernels were faster for this shape")
     for a, b in zip(torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")):
@@ -278,3 +287,83 @@ def test_a_pointwise_conv_whose_result_is_seen_elsewhere_runs_on_its_own(
     assert report["outputs_match"] is True, report["mismatch"]
     assert [site["fused"] for site in report["specialized_sites"]] == [
         ["aten::conv2d", "aten::hardtanh_"], ["aten::conv2d", "aten::relu"]]
+
+
+class ResidualMlp(torch.nn.Module):
+    """linear -> relu, then linear added onto its input (a transformer block's feed-forward shape); each call
+    16.8M multiply-adds for a batch of 64, above what is raced: the compiled kernels always serve."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(512, 512)
+        self.down = torch.nn.Linear(512, 512, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.up(x))
+        return h + self.down(h)
+
+
+def test_linear_sites_run_compiled_kernels_with_their_activation_or_add_fused(predictor: Path, tmp_path: Path) -> None:
+    model = save_frozen(ResidualMlp(), [torch.randn(64, 512)], tmp_path / "mlp.ptl")
+    on = run_saving(predictor, model, tmp_path / "on.pt")
+    off = run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    assert on["outputs_match"] is True, on["mismatch"]
+    sites = on["specialized_sites"]
+    assert [site["fused"] for site in sites] == [["aten::linear", "aten::relu"], ["aten::linear", "aten::add.Tensor"]]
+    assert [site["result_layout"] for site in sites] == ["as its input"] * 2
+    for site in sites:
+        assert site["notes"] == [] and (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(on)), site
+    a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_linear_site_on_a_batch_of_sequences_runs_its_generated_kernels(predictor: Path, tmp_path: Path) -> None:
+    # oneDNN Graph's matmul is taken here for 2-d inputs only: a 3-d input keeps the generated kernels, visibly.
+    model = save_frozen(torch.nn.Linear(16, 8), [torch.randn(2, 5, 16)], tmp_path / "seq.ptl")
+    report = run_saving(predictor, model, tmp_path / "out.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    assert site["notes"] == ["input [2, 5, 16] strides [80, 16, 1] Float: the input is not a dense 2-d float32 CPU tensor"]
+    assert (site["generated_calls"], site["specialized_calls"]) == (1 + later_runs(report), 0)
+
+
+def test_background_preparation_checks_and_saves_the_compiled_kernels_outputs(
+    predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    model = models_dir / "mobilenet_v2.ptl"
+    on = run_saving(predictor, model, tmp_path / "on.pt")
+    off = run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    background = on["background_preparation"]
+    assert background["runs"] == 1 and background["error"] == "" and background["busy_ms"] > 0
+    assert off["background_preparation"]["runs"] == 0
+    # The first run had the generated kernels; what lite_predictor compared and saved comes from a run after the
+    # background run: the compiled kernels' results, close to the stock ones but not the same bits.
+    assert on["outputs_match"] is True, on["mismatch"]
+    (a,), (b,) = flatten_outputs(torch.load(tmp_path / "on.pt")), flatten_outputs(torch.load(tmp_path / "off.pt"))
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert not a.equal(b)
+
+
+def test_first_call_preparation_compiles_on_the_first_run(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
+    report = run_saving(predictor, models_dir / "mobilenet_v2.ptl", tmp_path / "out.pt", "--prepare", "first-call")
+    assert report["outputs_match"] is True, report["mismatch"]
+    assert report["background_preparation"] == {"runs": 0, "busy_ms": 0, "waited_ms": 0, "error": ""}
+    for site in report["specialized_sites"]:
+        assert site["prepare_ms"] > 0
+        if not site["notes"]:  # the first run prepared it (generated kernels for the check), the 3 after ran it
+            assert (site["generated_calls"], site["specialized_calls"]) == (1, 3), site
+
+
+def test_the_text_report_says_where_the_kernels_were_prepared(predictor: Path, models_dir: Path) -> None:
+    model = models_dir / "mobilenet_v2.ptl"
+    background = run_predictor(predictor, model, "--iters", "1", "--warmup", "0")
+    first_call = run_predictor(predictor, model, "--iters", "1", "--warmup", "0", "--prepare", "first-call")
+    assert background.returncode == 0 and first_call.returncode == 0, background.stderr + first_call.stderr
+    assert "in 1 background run(s) of" in background.stdout and "after the first run (waited" in background.stdout
+    assert "ms, in the first run" in first_call.stdout
+
+
+def test_prepare_takes_background_or_first_call(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--prepare", "later")
+    assert run.returncode == 2
+    assert "--prepare expects 'background' or 'first-call', got 'later'" in run.stderr

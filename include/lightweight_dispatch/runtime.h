@@ -93,6 +93,18 @@ struct KernelLibrary {
   }
 };
 
+// When the bind-time stage (LoadOptions::specialize) compiles and checks a site's kernel for a new input shape.
+enum class Preparation {
+  // Off the caller's thread: a call meeting a new shape runs the site's generated kernels, and when it returns
+  // the model runs once more on a thread of its own, on a copy of that call's inputs, to compile and check every
+  // site (Model::wait_for_kernels waits for it). The first calls are as fast as without the stage and return the
+  // stock kernels' results; calls after a site's kernel is ready get the compiled kernel's (within 1e-5).
+  Background,
+  // On the call that meets the shape: that call is slower (MobileNetV2's first run ~6x), and every call's result,
+  // the first included, comes from the compiled kernels.
+  FirstCall,
+};
+
 struct LoadOptions {
   Dispatch dispatch = Dispatch::Static;
   // Unset: Lightweight with Dispatch::Static, Stock with Dispatch::Dynamic (the unmodified stock runtime).
@@ -105,12 +117,15 @@ struct LoadOptions {
   // from the heap instead of arriving as fresh zero pages on every call (MobileNetV2 in a fresh process:
   // 15 -> 11.5 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
   bool keep_large_allocations_in_heap = true;
-  // Dispatch::Static: the bind-time stage. conv2d call sites whose weight and parameters are constants (a
-  // frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape, with a
-  // directly following relu, hardtanh (ReLU6) or residual add fused in, channels_last where a result only
+  // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
+  // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
+  // with a directly following relu, hardtanh (ReLU6) or residual add fused in (and a 1x1 conv with the
+  // depthwise conv it alone feeds), channels_last where a result only
   // feeds other such sites; each shape is checked once against the generated kernels (and raced against them
   // when the call is cheap). Off: every site runs its generated kernel, bit for bit the stock kernels' results.
   bool specialize = true;
+  // When the bind-time stage compiles a site's kernel for a new input shape.
+  Preparation preparation = Preparation::Background;
 };
 
 // --- what a model's operators are bound to
@@ -127,14 +142,14 @@ struct CallSite {
   OperatorUse op;
   // What the site runs: op.path ("static", "jit", "dispatcher"), or the bind-time stage's kernel:
   // "static+fused(conv2d,hardtanh_)" (the conv2d site, and the hardtanh_ site it absorbed),
-  // "static+onednn(conv2d)".
+  // "static+fused(conv2d,hardtanh_,conv2d,hardtanh_)" (a 1x1 -> depthwise pair), "static+onednn(linear)".
   std::string runs;
 };
 
 // A call site the bind-time stage re-bound (LoadOptions::specialize), and what it has done so far.
 struct SpecializedCallSite {
   std::string function;
-  size_t instruction = 0;         // the (first) conv2d OP instruction
+  size_t instruction = 0;         // the (first) conv2d or linear OP instruction
   // The operators its kernel runs, in order: {"aten::conv2d", "aten::hardtanh_"}, or a 1x1 conv and the depthwise
   // conv it feeds, each with its activation. The kernel runs at the last conv2d's instruction; the others now
   // only drop the constants pushed for them.
@@ -148,6 +163,14 @@ struct SpecializedCallSite {
   int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
   std::vector<std::string> notes; // why a shape keeps the generated kernels
   double prepare_ms = 0;          // compiling and checking its kernels, on first calls (part of those runs)
+};
+
+// Preparation::Background's runs (Model::background_preparation).
+struct BackgroundPreparationStatus {
+  int runs = 0;         // started so far: one after each call that met a shape some site had no kernel for
+  bool running = false; // one runs now
+  double busy_ms = 0;   // their time in all, on their own thread
+  std::string error;    // the last run's failure ("" if none): its sites keep their generated kernels
 };
 
 // Where Model::load's time went, in milliseconds.
@@ -189,6 +212,13 @@ class Model {
   std::vector<CallSite> call_sites() const;
   // The call sites the bind-time stage re-bound, with their counters now.
   std::vector<SpecializedCallSite> specialized_sites() const;
+  // Preparation::Background: returns once no preparation run is running (at once otherwise). After the first
+  // call returns and this, every site that call reached has its kernel for that call's shapes (or keeps its
+  // generated kernels, with a note).
+  void wait_for_kernels() const;
+  // Background preparation so far: runs, whether one runs, their time, the last one's failure (all zero and
+  // empty without it).
+  BackgroundPreparationStatus background_preparation() const;
 
   const std::string& path() const;
   const LoadOptions& options() const;

@@ -1,7 +1,8 @@
 // The public API from C++ alone (include/lightweight_dispatch/runtime.h), as an app uses it:
 //   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl
-// Checks that a good model runs from 4 threads at once bit for bit like one thread (also its first calls, which
-// prepare the bind-time stage's kernels), that a model calling
+// Checks that a good model runs from 4 threads at once bit for bit like one thread (also its first calls, when
+// they prepare the bind-time stage's kernels; with background preparation, once its kernels are ready; first
+// calls racing the background run stay within 1e-5), that a model calling
 // operators the build lacks is one MissingOperatorsError listing all of them, that a damaged file is a
 // ModelLoadError rather than a crash, and that bad inputs are an InputError. Prints one line per check
 // and "api_check: N passed, N failed".
@@ -42,6 +43,8 @@ bool bit_identical(const std::vector<at::Tensor>& a, const std::vector<at::Tenso
 void concurrent_forward_is_bit_identical(const std::string& model_path, const std::string& inputs_path) {
   const ld::Model model = ld::Model::load(model_path);
   const std::vector<c10::IValue> inputs = ld::load_inputs(inputs_path, model);
+  model.forward(inputs);
+  model.wait_for_kernels(); // background preparation: from here on every call runs the same kernels
   const std::vector<at::Tensor> reference = ld::flatten_outputs(model.forward(inputs));
   check(!model.operators().empty() && !model.call_sites().empty(), "operators and call sites are reported",
         std::to_string(model.operators().size()) + " operators, " + std::to_string(model.call_sites().size()) +
@@ -115,7 +118,9 @@ void bad_inputs_are_an_input_error(const std::string& model_path, const std::str
 // The bind-time stage through the API: first calls from 4 threads at once (each site prepared once, under its
 // lock) agree bit for bit, the compiled kernels serve the calls after them, and specialize = false re-binds nothing.
 void concurrent_first_calls_prepare_each_site_once(const std::string& model_path, const std::string& inputs_path) {
-  const ld::Model model = ld::Model::load(model_path);
+  ld::LoadOptions first_call;
+  first_call.preparation = ld::Preparation::FirstCall;
+  const ld::Model model = ld::Model::load(model_path, first_call);
   const std::vector<c10::IValue> inputs = ld::load_inputs(inputs_path, model);
   std::vector<std::vector<at::Tensor>> outputs(4);
   std::vector<std::thread> threads;
@@ -148,6 +153,64 @@ void concurrent_first_calls_prepare_each_site_once(const std::string& model_path
   const ld::Model unspecialised = ld::Model::load(model_path, plain);
   unspecialised.forward(inputs);
   check(unspecialised.specialized_sites().empty(), "LoadOptions::specialize = false re-binds no site");
+  check(model.background_preparation().runs == 0, "Preparation::FirstCall starts no background run");
+}
+
+bool close_to(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].sizes().equals(b[i].sizes()) || !a[i].allclose(b[i], 1e-5, 1e-5)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Preparation::Background (the default): 4 threads' first calls run while the kernels are prepared off their
+// thread; each stays within 1e-5 of the first-call model's; one background run prepared every site; once it is
+// done, calls run the compiled kernels, bit for bit alike.
+void background_preparation_serves_compiled_kernels_after_it(const std::string& model_path, const std::string& inputs_path) {
+  ld::LoadOptions first_call;
+  first_call.preparation = ld::Preparation::FirstCall;
+  const ld::Model reference_model = ld::Model::load(model_path, first_call);
+  const ld::Model model = ld::Model::load(model_path);
+  const std::vector<c10::IValue> inputs = ld::load_inputs(inputs_path, model);
+  const std::vector<at::Tensor> reference = ld::flatten_outputs(reference_model.forward(inputs));
+  std::vector<std::vector<at::Tensor>> outputs(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { outputs[t] = ld::flatten_outputs(model.forward(inputs)); });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  bool close = true;
+  for (const auto& output : outputs) {
+    close = close && close_to(output, reference);
+  }
+  check(close, "first calls during background preparation are within 1e-5 of the compiled kernels' results");
+  model.wait_for_kernels();
+  const ld::BackgroundPreparationStatus status = model.background_preparation();
+  check(status.runs >= 1 && !status.running && status.error.empty() && status.busy_ms > 0,
+        "a background run prepared the kernels", std::to_string(status.runs) + " run(s), " +
+            std::to_string(status.busy_ms) + " ms");
+  int64_t unprepared = 0, compiled_before = 0;
+  for (const ld::SpecializedCallSite& site : model.specialized_sites()) {
+    unprepared += site.prepare_ms > 0 ? 0 : 1;
+    compiled_before += site.specialized_calls;
+  }
+  check(unprepared == 0, "every site was prepared by the background run");
+  const std::vector<at::Tensor> first = ld::flatten_outputs(model.forward(inputs));
+  const std::vector<at::Tensor> second = ld::flatten_outputs(model.forward(inputs));
+  int64_t compiled_after = 0;
+  for (const ld::SpecializedCallSite& site : model.specialized_sites()) {
+    compiled_after += site.specialized_calls;
+  }
+  check(compiled_after > compiled_before && bit_identical(first, second) && close_to(first, reference),
+        "after it, calls run the compiled kernels", std::to_string(compiled_after - compiled_before) + " compiled calls");
+  check(model.background_preparation().runs == status.runs, "calls with prepared shapes start no new run");
 }
 
 int main(int argc, char** argv) {
@@ -158,6 +221,7 @@ int main(int argc, char** argv) {
   try {
     concurrent_forward_is_bit_identical(argv[1], argv[2]);
     concurrent_first_calls_prepare_each_site_once(argv[1], argv[2]);
+    background_preparation_serves_compiled_kernels_after_it(argv[1], argv[2]);
     missing_operators_are_one_error_listing_all(argv[3]);
     damaged_file_is_an_exception(argv[4]);
     bad_inputs_are_an_input_error(argv[1], argv[1]);

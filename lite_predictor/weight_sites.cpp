@@ -1,4 +1,4 @@
-#include <lite_predictor/conv_sites.h>
+#include <lite_predictor/weight_sites.h>
 
 #include <lite_predictor/op_binding.h>
 
@@ -16,7 +16,20 @@ namespace {
 using torch::jit::Instruction;
 namespace opcode = torch::jit;
 
-const char* const kConv2d = "aten::conv2d";
+std::optional<SiteOp> site_op(const std::string& op) {
+  if (op == "aten::conv2d") {
+    return SiteOp::Conv2d;
+  }
+  if (op == "aten::linear") {
+    return SiteOp::Linear;
+  }
+  return std::nullopt;
+}
+
+// The arguments the schema has: conv2d's seven, linear's three.
+int64_t schema_arguments(SiteOp op) {
+  return op == SiteOp::Conv2d ? 7 : 3;
+}
 
 // Instructions some jump lands on: a site must not contain one, or its arguments come from several paths.
 std::set<size_t> jump_targets(const std::vector<Instruction>& instructions) {
@@ -56,9 +69,10 @@ std::optional<std::vector<int64_t>> int_list(const c10::IValue& value) {
   return value.toIntVector();
 }
 
-// conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): the constants after input.
-std::optional<ConvSite> constant_conv_arguments(const torch::jit::mobile::Code& code, size_t pc) {
-  const int64_t given = pushed_arguments(code, code.instructions_[pc], 7);
+// conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) or linear(input, weight,
+// bias=None): the constants after input.
+std::optional<WeightSite> constant_arguments(const torch::jit::mobile::Code& code, size_t pc, SiteOp op) {
+  const int64_t given = pushed_arguments(code, code.instructions_[pc], schema_arguments(op));
   if (given < 2 || static_cast<int64_t>(pc) < given - 1) {
     return std::nullopt;
   }
@@ -70,7 +84,8 @@ std::optional<ConvSite> constant_conv_arguments(const torch::jit::mobile::Code& 
     }
     args.push_back(constant);
   }
-  ConvSite site;
+  WeightSite site;
+  site.op = op;
   site.conv_instruction = pc;
   for (const c10::IValue* arg : args) {
     site.conv_arguments.push_back(*arg);
@@ -84,6 +99,9 @@ std::optional<ConvSite> constant_conv_arguments(const torch::jit::mobile::Code& 
       return std::nullopt;
     }
     site.bias = args[1]->toTensor();
+  }
+  if (op == SiteOp::Linear) {
+    return site;
   }
   const std::vector<std::vector<int64_t>> defaults = {{1, 1}, {0, 0}, {1, 1}};
   std::vector<std::vector<int64_t>*> lists = {&site.stride, &site.padding, &site.dilation};
@@ -108,7 +126,7 @@ std::optional<ConvSite> constant_conv_arguments(const torch::jit::mobile::Code& 
 }
 
 // The operation right after the conv2d call that consumes its result at once, if it is one we can fuse.
-void find_post_op(const torch::jit::mobile::Code& code, ConvSite& site) {
+void find_post_op(const torch::jit::mobile::Code& code, WeightSite& site) {
   const auto& instructions = code.instructions_;
   const size_t next = site.conv_instruction + 1;
   auto fuse = [&](PostOp op, size_t at, size_t constants) {
@@ -159,18 +177,20 @@ const char* post_op_name(PostOp op) {
   return "?";
 }
 
-std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code) {
-  std::vector<ConvSite> sites;
+std::vector<WeightSite> find_weight_sites(const torch::jit::mobile::Code& code) {
+  std::vector<WeightSite> sites;
   const auto targets = jump_targets(code.instructions_);
   for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
-    if (operator_at(code, code.instructions_[pc]) != kConv2d) {
+    const std::optional<SiteOp> op = site_op(operator_at(code, code.instructions_[pc]));
+    if (!op) {
       continue;
     }
-    std::optional<ConvSite> site = constant_conv_arguments(code, pc);
+    std::optional<WeightSite> site = constant_arguments(code, pc, *op);
     if (!site) {
       continue;
     }
-    const size_t first_argument = pc + 1 - static_cast<size_t>(pushed_arguments(code, code.instructions_[pc], 7));
+    const size_t first_argument =
+        pc + 1 - static_cast<size_t>(pushed_arguments(code, code.instructions_[pc], schema_arguments(*op)));
     if (lands_inside(targets, first_argument + 1, pc)) {
       continue;
     }
@@ -184,7 +204,12 @@ std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code) {
   return sites;
 }
 
-std::vector<int64_t> conv_output_sizes(const ConvSite& site, c10::IntArrayRef input) {
+std::vector<int64_t> site_output_sizes(const WeightSite& site, c10::IntArrayRef input) {
+  if (site.op == SiteOp::Linear) {
+    std::vector<int64_t> sizes = input.vec();
+    sizes.back() = site.weight.size(0);
+    return sizes;
+  }
   std::vector<int64_t> sizes = {input[0], site.weight.size(0)};
   for (int d = 0; d < 2; ++d) {
     const int64_t kernel = site.dilation[d] * (site.weight.size(2 + d) - 1) + 1;
@@ -193,9 +218,12 @@ std::vector<int64_t> conv_output_sizes(const ConvSite& site, c10::IntArrayRef in
   return sizes;
 }
 
-bool pointwise_feeds_depthwise(const ConvSite& first, const ConvSite& second) {
+bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second) {
   const auto ones = std::vector<int64_t>{1, 1};
   const auto zeros = std::vector<int64_t>{0, 0};
+  if (first.op != SiteOp::Conv2d || second.op != SiteOp::Conv2d) {
+    return false;
+  }
   const bool pointwise = first.weight.dim() == 4 && first.weight.size(2) == 1 && first.weight.size(3) == 1 &&
                          first.groups == 1 && first.stride == ones && first.padding == zeros && first.dilation == ones &&
                          first.post_op != PostOp::Add;
@@ -218,7 +246,7 @@ namespace {
 // The symbolic stack machine: every value is the site that produced it, or -1.
 class SiteValueTracker {
  public:
-  SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<ConvSite>& sites, const ReturnCount& returns_of)
+  SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of)
       : code_(code), returns_of_(returns_of), registers_(code.register_size_ + 1, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
@@ -427,7 +455,7 @@ class SiteValueTracker {
 } // namespace
 
 SiteDataflow trace_site_results(
-    const torch::jit::mobile::Code& code, const std::vector<ConvSite>& sites, const ReturnCount& returns_of) {
+    const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of) {
   return SiteValueTracker(code, sites, returns_of).run();
 }
 

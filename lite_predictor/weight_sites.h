@@ -1,8 +1,8 @@
-// Finding, in a function's bytecode, the conv2d call sites the bind-time stage can serve better.
+// Finding, in a function's bytecode, the conv2d and linear call sites the bind-time stage can serve better.
 //
-// A frozen model pushes every conv2d argument but the input with LOADC just before the call, so the weight,
-// bias, stride, padding, dilation and groups are known at load. When the instructions right after the call
-// consume its result at once (hardtanh_/relu_ on it, or add.Tensor of it onto the value beneath), that
+// A frozen model pushes every conv2d (linear) argument but the input with LOADC just before the call, so the
+// weight, bias, stride, padding, dilation and groups are known at load. When the instructions right after the
+// call consume its result at once (hardtanh_/relu_ on it, or add.Tensor of it onto the value beneath), that
 // operation can run inside the same kernel: nothing else can see the intermediate value.
 #pragma once
 
@@ -16,7 +16,13 @@
 
 namespace lightweight_dispatch {
 
-// What a conv2d call's result goes through right away, in the same kernel.
+// The operator a site calls.
+enum class SiteOp {
+  Conv2d, // aten::conv2d(input, weight, bias, stride, padding, dilation, groups)
+  Linear, // aten::linear(input, weight, bias)
+};
+
+// What a site's result goes through right away, in the same kernel.
 enum class PostOp {
   None,
   Relu,     // aten::relu / relu_ on the result
@@ -26,14 +32,19 @@ enum class PostOp {
 
 const char* post_op_name(PostOp op);
 
-// One conv2d call whose arguments after the input are bytecode constants.
-struct ConvSite {
-  size_t conv_instruction = 0; // the OP instruction calling conv2d
+// One conv2d or linear call whose arguments after the input are bytecode constants.
+struct WeightSite {
+  SiteOp op = SiteOp::Conv2d;
+  size_t conv_instruction = 0; // the OP instruction calling the operator
   std::vector<c10::IValue> conv_arguments; // the constants pushed after the input, as pushed (weight, bias, ...)
   at::Tensor weight;
   std::optional<at::Tensor> bias;
-  std::vector<int64_t> stride, padding, dilation;
+  std::vector<int64_t> stride, padding, dilation; // conv2d's
   int64_t groups = 1;
+
+  const char* op_name() const {
+    return op == SiteOp::Conv2d ? "aten::conv2d" : "aten::linear";
+  }
 
   PostOp post_op = PostOp::None;
   size_t post_op_instruction = 0; // the OP instruction of the fused operation (post_op != None)
@@ -44,22 +55,22 @@ struct ConvSite {
   std::vector<c10::IValue> post_op_arguments;
 };
 
-// The site's conv2d result sizes for an input of `input` sizes (NCHW order, whatever the layout).
-std::vector<int64_t> conv_output_sizes(const ConvSite& site, c10::IntArrayRef input);
+// The site's result sizes for an input of `input` sizes (a conv's in NCHW order, whatever the layout).
+std::vector<int64_t> site_output_sizes(const WeightSite& site, c10::IntArrayRef input);
 
 // Sites run as one kernel, each site's result the next one's input (no one else sees it); one site alone, or a
 // 1x1 conv and the depthwise conv it feeds.
-using ConvChain = std::vector<const ConvSite*>;
+using SiteChain = std::vector<const WeightSite*>;
 
 // Whether `second` may join `first` in one kernel, given that `first`'s result is `second`'s input and nothing
 // else's: `first` a pointwise (1x1, stride 1, no padding, ungrouped) conv with no add fused, `second` a 3x3
 // depthwise conv of its channels (oneDNN fuses this pair: the pointwise result never leaves the cache).
-bool pointwise_feeds_depthwise(const ConvSite& first, const ConvSite& second);
+bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second);
 
-// Every conv2d site in `code` whose weight, bias and parameters are constants, with the operation fused into
+// Every conv2d and linear site in `code` whose weight, bias and parameters are constants, with the operation fused into
 // it when the next instructions allow. Sites a jump lands inside are left out (their arguments are not a
 // straight run of pushes).
-std::vector<ConvSite> find_conv_sites(const torch::jit::mobile::Code& code);
+std::vector<WeightSite> find_weight_sites(const torch::jit::mobile::Code& code);
 
 // Operators that mind a tensor's layout: views that fail on a channels_last tensor, and stride queries.
 bool is_layout_sensitive(const std::string& op_name);
@@ -83,6 +94,6 @@ struct SiteDataflow {
 };
 
 SiteDataflow trace_site_results(
-    const torch::jit::mobile::Code& code, const std::vector<ConvSite>& sites, const ReturnCount& returns_of);
+    const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of);
 
 } // namespace lightweight_dispatch

@@ -1,0 +1,107 @@
+#include <lite_predictor/background_preparation.h>
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <exception>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+thread_local bool preparing = false;
+thread_local bool unprepared_shape_met = false;
+
+} // namespace
+
+PreparationRunScope::PreparationRunScope() {
+  preparing = true;
+}
+
+PreparationRunScope::~PreparationRunScope() {
+  preparing = false;
+}
+
+bool in_preparation_run() {
+  return preparing;
+}
+
+void note_unprepared_shape() {
+  unprepared_shape_met = true;
+}
+
+bool take_unprepared_shape() {
+  const bool met = unprepared_shape_met;
+  unprepared_shape_met = false;
+  return met;
+}
+
+BackgroundPreparer::BackgroundPreparer(MethodRun run) : run_(std::move(run)) {}
+
+BackgroundPreparer::~BackgroundPreparer() {
+  wait();
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+}
+
+void BackgroundPreparer::start(const std::string& method, const std::vector<c10::IValue>& inputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (status_.running) {
+    return;
+  }
+  if (worker_.joinable()) {
+    worker_.join(); // the last run has finished (it cleared `running`): only its thread's exit is left
+  }
+  // A copy the run may change in place without touching the caller's tensors.
+  std::vector<c10::IValue> copy;
+  copy.reserve(inputs.size());
+  for (const c10::IValue& input : inputs) {
+    copy.push_back(input.deepcopy());
+  }
+  status_.running = true;
+  running_.store(true, std::memory_order_release);
+  status_.runs += 1;
+  worker_ = std::thread([this, method, copy = std::move(copy)]() mutable {
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      at::init_num_threads(); // the intra-op thread count set for the process, not the runtime's default
+      const PreparationRunScope scope;
+      run_(method, std::move(copy));
+    } catch (const std::exception& e) {
+      error = e.what();
+      error = error.substr(0, error.find('\n'));
+    } catch (...) {
+      error = "an unknown exception";
+    }
+    finish(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+        std::move(error));
+  });
+}
+
+void BackgroundPreparer::finish(double ms, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_.running = false;
+    running_.store(false, std::memory_order_release);
+    status_.busy_ms += ms;
+    status_.error = std::move(error);
+  }
+  idle_.notify_all();
+}
+
+void BackgroundPreparer::wait() const {
+  if (!running_.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return !status_.running; });
+}
+
+BackgroundPreparationStatus BackgroundPreparer::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,71 @@
+// Preparing the bind-time stage's kernels off the calling thread (LoadOptions::preparation = Background).
+//
+// A site's kernel is compiled for an input shape, so it can only be made once a run shows the shapes. Made on
+// the calling thread, that is the first run's cost (MobileNetV2: ~120 ms of oneDNN compilation and checks).
+// In the background instead: a call that reaches a site with a shape it has no kernel for runs the site's
+// generated kernels and marks the call; when the call returns, the model is run once more on a thread of its own,
+// on a deep copy of the call's inputs, and that run prepares every site it reaches as a first call would
+// (compile, check against the generated kernels, race a cheap call), unseen by the caller. Calls made after a
+// site's kernel is ready run it. Until then, results are the generated kernels' (the stock kernels', bit for
+// bit); after, the compiled kernels' (within 1e-5 of them, as checked).
+#pragma once
+
+#include <lightweight_dispatch/runtime.h>
+
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+// On the thread of a preparation run: sites prepare the shapes they meet, and their calls are not counted (the
+// caller never sees this run). Elsewhere, with background preparation, a site only marks the call.
+class PreparationRunScope {
+ public:
+  PreparationRunScope();
+  ~PreparationRunScope();
+  PreparationRunScope(const PreparationRunScope&) = delete;
+  PreparationRunScope& operator=(const PreparationRunScope&) = delete;
+};
+bool in_preparation_run();
+
+// A site met a shape it has no kernel for, on this thread, since the last take_unprepared_shape().
+void note_unprepared_shape();
+bool take_unprepared_shape();
+
+// At most one preparation run at a time, each on a new thread; the destructor waits for it.
+class BackgroundPreparer {
+ public:
+  // Runs `method` of the model on `inputs` (already a copy), under the caller's conditions (inference mode).
+  using MethodRun = std::function<void(const std::string& method, std::vector<c10::IValue> inputs)>;
+
+  explicit BackgroundPreparer(MethodRun run);
+  ~BackgroundPreparer();
+  BackgroundPreparer(const BackgroundPreparer&) = delete;
+  BackgroundPreparer& operator=(const BackgroundPreparer&) = delete;
+
+  // Starts a preparation run of `method` on a deep copy of `inputs`, unless one runs already (the shapes it
+  // leaves unprepared mark a later call, which starts another).
+  void start(const std::string& method, const std::vector<c10::IValue>& inputs);
+  // Returns once no preparation run is running (at the cost of one atomic load when none is).
+  void wait() const;
+  BackgroundPreparationStatus status() const;
+
+ private:
+  void finish(double ms, std::string error);
+
+  MethodRun run_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable idle_;
+  std::thread worker_;
+  BackgroundPreparationStatus status_;
+  std::atomic<bool> running_{false}; // status_.running, read without the lock by wait()
+};
+
+} // namespace lightweight_dispatch
