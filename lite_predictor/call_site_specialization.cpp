@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/mobile/function.h>
 
 #include <algorithm>
+#include <set>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -394,27 +395,52 @@ void absorb_instruction(torch::jit::mobile::Code& code, size_t pc, size_t consta
   rebind_instruction(code, pc, [constants](torch::jit::Stack& stack) { torch::jit::drop(stack, constants); });
 }
 
+
+// The number of values an operator pushes, from its schema.
+ReturnCount return_counts_from(const OperatorSchema& schema_of) {
+  return [&schema_of](const std::string& op) -> std::optional<size_t> {
+    const c10::FunctionSchema* schema = schema_of(op);
+    return schema ? std::optional<size_t>(schema->returns().size()) : std::nullopt;
+  };
+}
+
+// Re-binds every foldable call of `code` (none of `taken`) to a FoldedCall.
+void fold_calls(torch::jit::mobile::Code& code, const std::string& function, const OperatorSchema& schema_of,
+    const std::set<size_t>& taken, const std::shared_ptr<std::atomic<uint64_t>>& remembered_changes,
+    std::vector<Specialization::Folded>& folded) {
+  for (size_t pc : find_foldable_calls(code, schema_of, taken)) {
+    const auto& inst = code.instructions_[pc];
+    const std::string op = op_display_name(code.op_names_[inst.X]);
+    const c10::FunctionSchema* schema = schema_of(op);
+    const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
+    const size_t inputs = given < 0 ? schema->arguments().size() : static_cast<size_t>(given);
+    auto kernel = std::make_shared<FoldedCall>(code.operators_[inst.X], inputs, schema->returns().size(), remembered_changes);
+    rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+    folded.push_back({FoldedCallSite{function, pc, op, 0, 0}, std::move(kernel)});
+  }
+}
+
 } // namespace
 
 std::shared_ptr<Specialization> specialize_call_sites(
-    torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call) {
+    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call) {
   auto result = std::make_shared<Specialization>();
-  if (!onednn_graph_available()) {
-    return result;
-  }
+  const ReturnCount returns_of = return_counts_from(schema_of);
   // A channels_last result may also go to a permute (an SSD head's permute-reshape is then a view, not a copy),
   // unless the model calls an operator that minds layouts somewhere (what the permute's result reaches is not
   // traced). Elsewhere a channels_last tensor can cost more than it saves (small elementwise ops run slower on it).
   const bool model_minds_layout = model_is_layout_sensitive(module);
   for (torch::jit::mobile::Function* function : functions_to_run(module)) {
     auto& code = const_cast<torch::jit::mobile::Function*>(function)->get_code();
-    std::vector<WeightSite> sites = find_weight_sites(code);
+    const std::string function_name = function->qualname().qualifiedName();
+    std::set<size_t> taken; // instructions the sites re-bind
+    std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
     const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
     for (const std::vector<size_t>& chain : chains_of(sites, flow)) {
       const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
       result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
       Specialization::Site entry;
-      entry.report.function = function->qualname().qualifiedName();
+      entry.report.function = function_name;
       entry.report.instruction = sites[chain.front()].conv_instruction;
       entry.report.result_layout = result_layout_name(layout);
       std::vector<ChainLink> links;
@@ -437,13 +463,48 @@ std::shared_ptr<Specialization> specialize_call_sites(
         links.push_back(std::move(link));
       }
       entry.report.runs = runs_description(entry.report.fused);
+      taken.insert(entry.report.fused_instructions.begin(), entry.report.fused_instructions.end());
       const size_t call_pc = links.back().site.conv_instruction;
       entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call);
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }
+    fold_calls(code, function_name, schema_of, taken, result->remembered_changes_, result->folded_);
   }
   return result;
+}
+
+std::vector<FoldedCallSite> Specialization::folded_calls() const {
+  std::vector<FoldedCallSite> reports;
+  for (const Folded& folded : folded_) {
+    FoldedCallSite report = folded.report;
+    report.computed = folded.kernel->computed();
+    report.reused = folded.kernel->reused();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+bool Specialization::folds(const std::string& function, size_t instruction) const {
+  return std::any_of(folded_.begin(), folded_.end(), [&](const Folded& folded) {
+    return folded.report.instruction == instruction && folded.report.function == function;
+  });
+}
+
+c10::IValue Specialization::protect_folded(c10::IValue output) const {
+  if (folded_.empty()) {
+    return output;
+  }
+  std::lock_guard<std::mutex> lock(storages_mutex_);
+  const uint64_t version = remembered_changes_->load();
+  if (version != storages_version_) { // some call remembered new results since: gather them again
+    storages_.clear();
+    for (const Folded& folded : folded_) {
+      folded.kernel->remembered_storages(storages_);
+    }
+    storages_version_ = version;
+  }
+  return clone_sharing(std::move(output), storages_);
 }
 
 std::vector<SpecializedCallSite> Specialization::sites() const {

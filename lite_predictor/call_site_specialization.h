@@ -14,6 +14,7 @@
 #pragma once
 
 #include <lightweight_dispatch/runtime.h>
+#include <lite_predictor/folded_values.h>
 #include <lite_predictor/weight_sites.h>
 
 #include <torch/csrc/jit/mobile/module.h>
@@ -28,12 +29,28 @@ class SiteKernel;
 
 class Specialization {
  public:
+  // What the stage re-bound: a site's kernel, a folded call's.
+  struct Site {
+    SpecializedCallSite report;
+    std::shared_ptr<SiteKernel> kernel;
+  };
+  struct Folded {
+    FoldedCallSite report;
+    std::shared_ptr<FoldedCall> kernel;
+  };
+
   // Every re-bound site, with its counters now.
   std::vector<SpecializedCallSite> sites() const;
   // What the call site at `instruction` of `function` runs, or null if the stage left it alone.
   const std::string* runs(const std::string& function, size_t instruction) const;
-  bool empty() const {
-    return sites_.empty();
+  // Every folded call (folded_values.h), with its counters now; whether the call at `instruction` is one.
+  std::vector<FoldedCallSite> folded_calls() const;
+  bool folds(const std::string& function, size_t instruction) const;
+  // `output` with every tensor that shares memory with a folded call's remembered results cloned (its caller
+  // may write to it); `output` itself when nothing is folded.
+  c10::IValue protect_folded(c10::IValue output) const;
+  bool has_sites() const {
+    return !sites_.empty();
   }
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
   bool may_return_channels_last() const {
@@ -42,21 +59,23 @@ class Specialization {
 
  private:
   friend std::shared_ptr<Specialization> specialize_call_sites(
-      torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call);
-  struct Site {
-    SpecializedCallSite report;
-    std::shared_ptr<SiteKernel> kernel;
-  };
+      torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
   std::vector<Site> sites_;
+  std::vector<Folded> folded_;
   bool returns_channels_last_ = false;
+  // The folded calls' remembered storages, as of `remembered_changes_` = storages_version_.
+  std::shared_ptr<std::atomic<uint64_t>> remembered_changes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  mutable std::mutex storages_mutex_;
+  mutable std::set<const void*> storages_;
+  mutable uint64_t storages_version_ = ~uint64_t{0};
 };
 
-// Re-binds the module's specialisable call sites (bind_static must have run); `returns_of` tells how many values
-// each operator the model calls pushes, for tracing where results go. With `prepare_on_first_call` a site's call
-// meeting a new shape prepares it; without, only a preparation run does (background_preparation.h). The
-// re-bound operators hold their own state: the result only reports on them.
+// Re-binds the module's specialisable call sites and folds what depends only on constants and input shapes
+// (bind_static must have run); `schema_of` gives each operator's schema, for tracing where values go. With
+// `prepare_on_first_call` a site's call meeting a new shape prepares it; without, only a preparation run does
+// (background_preparation.h). The re-bound operators hold their own state: the result only reports on them.
 std::shared_ptr<Specialization> specialize_call_sites(
-    torch::jit::mobile::Module& module, const ReturnCount& returns_of, bool prepare_on_first_call);
+    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
 
 // Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
 // which the stock kernels, too, would return channels_last results).

@@ -95,11 +95,27 @@ std::string json_string_list(const std::vector<std::string>& items) {
   return list + "]";
 }
 
+// The calls the stage folded, in one line.
+void print_folded_text(std::ostream& out, const RunReport& report) {
+  if (report.folded_calls.empty()) {
+    return;
+  }
+  int64_t computed = 0, reused = 0;
+  for (const FoldedCallSite& call : report.folded_calls) {
+    computed += call.computed;
+    reused += call.reused;
+  }
+  out << "bind-time: " << report.folded_calls.size()
+      << " call(s) folded (results from constants and input shapes only, remembered per input shape): "
+      << computed << " computed, " << reused << " reused\n";
+}
+
 // The bind-time stage's sites, grouped by what they run, with their calls.
 void print_specialization_text(std::ostream& out, const RunReport& report) {
   if (!report.specialize) {
     return;
   }
+  print_folded_text(out, report);
   if (report.specialized_sites.empty()) {
     out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
     return;
@@ -172,6 +188,13 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
         << ", \"op\": " << json_string(site.op.name) << ", \"runs\": " << json_string(site.runs) << "}";
+  }
+  out << "], \"folded_calls\": [";
+  for (size_t i = 0; i < report.folded_calls.size(); ++i) {
+    const FoldedCallSite& call = report.folded_calls[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": " << call.instruction
+        << ", \"op\": " << json_string(call.op) << ", \"computed\": " << call.computed << ", \"reused\": " << call.reused
+        << "}";
   }
   out << "], \"specialized_sites\": [";
   for (size_t i = 0; i < report.specialized_sites.size(); ++i) {

@@ -20,6 +20,7 @@ struct RunReport {
   bool specialize = false; // the bind-time stage ran
   std::vector<CallSite> call_sites;
   std::vector<SpecializedCallSite> specialized_sites;
+  std::vector<FoldedCallSite> folded_calls;
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

@@ -92,16 +92,16 @@ void check_argument_count(const torch::jit::mobile::Method& method, const std::v
   }
 }
 
-// How many values an operator pushes: its generated kernel's schema, or the JIT registry's for the operators the
-// interpreter implements itself.
-std::optional<size_t> operator_return_count(const std::string& op, const KernelIndex& index) {
+// An operator's schema: its generated kernel's, or the JIT registry's for the operators the interpreter
+// implements itself.
+std::optional<c10::FunctionSchema> operator_schema(const std::string& op, const KernelIndex& index) {
   if (const GeneratedKernel* kernel = index.find(op)) {
-    return parse_kernel_schema(*kernel).returns().size();
+    return parse_kernel_schema(*kernel);
   }
   const auto dot = op.find('.');
   const c10::OperatorName name(op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1));
   if (const auto found = torch::jit::findOperatorFor(name)) {
-    return found->schema().returns().size();
+    return found->schema();
   }
   return std::nullopt;
 }
@@ -143,6 +143,11 @@ struct Model::Impl {
     }
     return interpreter_of(options) == Interpreter::Lightweight ? interpreter_for(method).run(std::move(inputs))
                                                                : module.get_method(method)(std::move(inputs));
+  }
+
+  // What a run returns, given to the caller: nothing in it shares memory with a folded call's remembered result.
+  c10::IValue protect_folded(c10::IValue output) const {
+    return specialization ? specialization->protect_folded(std::move(output)) : output;
   }
 
   // A run of `method` by the caller: with background preparation, a run that met a shape some site had no
@@ -203,18 +208,18 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     impl->timings.bind_ms = ms_since(start);
     start = Clock::now();
     if (options.specialize) {
-      std::unordered_map<std::string, std::optional<size_t>> return_counts; // one schema parse per operator
-      const auto returns_of = [&](const std::string& op) {
-        auto found = return_counts.find(op);
-        if (found == return_counts.end()) {
-          found = return_counts.emplace(op, operator_return_count(op, index)).first;
+      std::unordered_map<std::string, std::optional<c10::FunctionSchema>> schemas; // one parse per operator
+      const OperatorSchema schema_of = [&](const std::string& op) -> const c10::FunctionSchema* {
+        auto found = schemas.find(op);
+        if (found == schemas.end()) {
+          found = schemas.emplace(op, operator_schema(op, index)).first;
         }
-        return found->second;
+        return found->second ? &*found->second : nullptr;
       };
       impl->specialization =
-          specialize_call_sites(impl->module, returns_of, options.preparation == Preparation::FirstCall);
+          specialize_call_sites(impl->module, schema_of, options.preparation == Preparation::FirstCall);
       impl->restores_layout = impl->specialization->may_return_channels_last();
-      if (options.preparation == Preparation::Background && !impl->specialization->empty()) {
+      if (options.preparation == Preparation::Background && impl->specialization->has_sites()) {
         impl->preparer = std::make_unique<BackgroundPreparer>(
             [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
               c10::InferenceMode inference_mode;
@@ -246,7 +251,7 @@ c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
     c10::InferenceMode inference_mode;
     const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
     try {
-      c10::IValue output = impl_->run_for_caller("forward", std::move(inputs));
+      c10::IValue output = impl_->protect_folded(impl_->run_for_caller("forward", std::move(inputs)));
       return restore ? restore_stock_layout(std::move(output)) : output;
     } catch (const std::exception& e) {
       throw failed_while_running(e);
@@ -266,7 +271,7 @@ c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue
   c10::InferenceMode inference_mode;
   const bool restore = impl_->restores_layout && inputs_are_stock_layout(inputs);
   try {
-    c10::IValue output = impl_->run_for_caller(method, std::move(inputs));
+    c10::IValue output = impl_->protect_folded(impl_->run_for_caller(method, std::move(inputs)));
     return restore ? restore_stock_layout(std::move(output)) : output;
   } catch (const BytecodeError& e) {
     throw ModelLoadError(impl_->path + ": " + printable_first_line(e.what()));
@@ -315,7 +320,9 @@ std::vector<CallSite> Model::call_sites() const {
       }
       const std::string* specialized =
           impl_->specialization ? impl_->specialization->runs(function_name, pc) : nullptr;
-      sites.push_back({function_name, pc, *found->second, specialized ? *specialized : found->second->path});
+      const bool folded = impl_->specialization && impl_->specialization->folds(function_name, pc);
+      sites.push_back({function_name, pc, *found->second,
+          specialized ? *specialized : found->second->path + (folded ? "+folded" : "")});
     }
   }
   return sites;
@@ -323,6 +330,10 @@ std::vector<CallSite> Model::call_sites() const {
 
 std::vector<SpecializedCallSite> Model::specialized_sites() const {
   return impl_->specialization ? impl_->specialization->sites() : std::vector<SpecializedCallSite>{};
+}
+
+std::vector<FoldedCallSite> Model::folded_calls() const {
+  return impl_->specialization ? impl_->specialization->folded_calls() : std::vector<FoldedCallSite>{};
 }
 
 void Model::wait_for_kernels() const {

@@ -18,19 +18,27 @@ class UsesErf(torch.nn.Module):
         return torch.erf(x) + torch.special.expm1(x)
 
 
+class ReturnsFolded(torch.nn.Module):
+    """Returns a tensor made from x's shape alone: the bind-time stage folds it."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2.0, torch.arange(x.size(1)) * 2.0
+
+
 def test_the_api_from_cpp(models_dir: Path, tmp_path: Path) -> None:
     missing = save_lite_model(UsesErf(), tmp_path / "uses_erf.ptl")
+    returns_folded = save_lite_model(ReturnsFolded(), tmp_path / "returns_folded.ptl")
     damaged = tmp_path / "truncated.ptl"
     good = models_dir / "ssdlite_head.ptl"
     damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     result = subprocess.run(
         [str(REPO_ROOT / "build" / "api_check"), str(good), str(models_dir / "ssdlite_head.inputs.pt"),
-         str(missing), str(damaged)],
+         str(missing), str(damaged), str(returns_folded)],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "api_check: 17 passed, 0 failed"
+    assert lines[-1] == "api_check: 20 passed, 0 failed"
     assert "ok   4 threads x 5 concurrent forward calls are bit-identical to one thread: 0 differed" in lines
     assert "ok   MissingOperatorsError lists every missing operator: 2 listed" in lines
     assert any(line.startswith("ok   a damaged file is a ModelLoadError naming it: " + str(damaged)) for line in lines)

@@ -367,3 +367,55 @@ def test_prepare_takes_background_or_first_call(predictor: Path, models_dir: Pat
     run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--prepare", "later")
     assert run.returncode == 2
     assert "--prepare expects 'background' or 'first-call', got 'later'" in run.stderr
+
+
+def test_an_ssd_heads_anchors_are_computed_once_per_input_shape(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
+    report = run_saving(predictor, models_dir / "ssdlite_head.ptl", tmp_path / "out.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    folded = report["folded_calls"]
+    ops = {call["op"] for call in folded}
+    # The anchors of every level: aranges over the map's sizes, scaled, expanded, stacked; then concatenated.
+    assert {"aten::arange", "aten::mul.Scalar", "aten::expand", "aten::stack", "aten::cat"} <= ops
+    later = report["iters"] + 1  # the timed runs and the run after the background preparation
+    for call in folded:
+        assert (call["computed"], call["reused"]) == (1, later), call
+    runs = {(s["function"], s["instruction"]): s["runs"] for s in report["call_sites"]}
+    assert all(runs[(call["function"], call["instruction"])].endswith("+folded") for call in folded)
+    # Nothing that depends on the feature maps' values is folded: the convs, the scores, the decoding.
+    assert not ops & {"aten::conv2d", "aten::sigmoid", "aten::topk", "torchvision::nms", "aten::exp"}
+    text = run_predictor(predictor, models_dir / "ssdlite_head.ptl", "--iters", "2", "--warmup", "0")
+    assert f"bind-time: {len(folded)} call(s) folded (results from constants and input shapes only" in text.stdout
+
+
+class WritesAFixedValue(torch.nn.Module):
+    """A value made from x's shape alone, then written in place (accumulating: a remembered copy would grow by
+    one on every run). With `in_loop`, the write is past a loop, where the stage's trace does not follow."""
+
+    def __init__(self, in_loop: bool) -> None:
+        super().__init__()
+        self.in_loop = in_loop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grid = torch.arange(x.size(1)) * 1.0
+        index = torch.zeros(1, dtype=torch.long)
+        if self.in_loop:
+            for _ in range(x.size(0)):
+                grid.index_put_([index], torch.ones(1), True)
+        else:
+            grid.index_put_([index], torch.ones(1), True)
+        return x + grid
+
+
+@pytest.mark.parametrize("in_loop", [False, True])
+def test_a_function_that_writes_a_fixed_value_folds_nothing(in_loop: bool, predictor: Path, tmp_path: Path) -> None:
+    module = WritesAFixedValue(in_loop)
+    x = torch.randn(1, 6)
+    path = tmp_path / "writes.ptl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path.write_bytes(torch.jit.script(module)._save_to_buffer_for_lite_interpreter())
+    torch.save([x], path.with_suffix(".inputs.pt"))
+    torch.save(flatten_outputs(module(x)), path.with_suffix(".expected.pt"))
+    report = run_saving(predictor, path, tmp_path / "out.pt")
+    assert report["folded_calls"] == []
+    assert report["outputs_match"] is True, report["mismatch"]  # the 5th run's, as the 1st: no accumulation

@@ -142,7 +142,8 @@ struct CallSite {
   OperatorUse op;
   // What the site runs: op.path ("static", "jit", "dispatcher"), or the bind-time stage's kernel:
   // "static+fused(conv2d,hardtanh_)" (the conv2d site, and the hardtanh_ site it absorbed),
-  // "static+fused(conv2d,hardtanh_,conv2d,hardtanh_)" (a 1x1 -> depthwise pair), "static+onednn(linear)".
+  // "static+fused(conv2d,hardtanh_,conv2d,hardtanh_)" (a 1x1 -> depthwise pair), "static+onednn(linear)",
+  // "static+folded" (a folded call: Model::folded_calls).
   std::string runs;
 };
 
@@ -163,6 +164,16 @@ struct SpecializedCallSite {
   int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
   std::vector<std::string> notes; // why a shape keeps the generated kernels
   double prepare_ms = 0;          // compiling and checking its kernels, on first calls (part of those runs)
+};
+
+// A call the bind-time stage folded: its result depends only on constants and input shapes (an SSD head's
+// anchors), so it is computed once per input shape and remembered.
+struct FoldedCallSite {
+  std::string function;
+  size_t instruction = 0; // its OP instruction
+  std::string op;         // "aten::arange"
+  int64_t computed = 0;   // calls that ran the operator (the first, and each new input)
+  int64_t reused = 0;     // calls served by the remembered result
 };
 
 // Preparation::Background's runs (Model::background_preparation).
@@ -212,6 +223,8 @@ class Model {
   std::vector<CallSite> call_sites() const;
   // The call sites the bind-time stage re-bound, with their counters now.
   std::vector<SpecializedCallSite> specialized_sites() const;
+  // The calls it folded, with their counters now.
+  std::vector<FoldedCallSite> folded_calls() const;
   // Preparation::Background: returns once no preparation run is running (at once otherwise). After the first
   // call returns and this, every site that call reached has its kernel for that call's shapes (or keeps its
   // generated kernels, with a note).

@@ -1,5 +1,5 @@
 // The public API from C++ alone (include/lightweight_dispatch/runtime.h), as an app uses it:
-//   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl
+//   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl
 // Checks that a good model runs from 4 threads at once bit for bit like one thread (also its first calls, when
 // they prepare the bind-time stage's kernels; with background preparation, once its kernels are ready; first
 // calls racing the background run stay within 1e-5), that a model calling
@@ -9,6 +9,10 @@
 #include <lightweight_dispatch/runtime.h>
 
 #include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
 
 #include <iostream>
 #include <string>
@@ -213,15 +217,61 @@ void background_preparation_serves_compiled_kernels_after_it(const std::string& 
   check(model.background_preparation().runs == status.runs, "calls with prepared shapes start no new run");
 }
 
+// Folded calls (results from constants and input shapes only) through the API: GOOD.ptl (an SSD head: its anchors
+// are folded) called with its inputs and with smaller feature maps in turn gives, each time, what the model gives
+// without the stage; a caller writing into what a call returned (RETURNS_FOLDED.ptl returns a folded tensor)
+// does not change what the next call returns.
+void folded_calls_follow_the_input_shapes(const std::string& model_path, const std::string& inputs_path,
+    const std::string& returns_folded_path) {
+  ld::LoadOptions plain;
+  plain.specialize = false;
+  const ld::Model model = ld::Model::load(model_path);
+  const ld::Model reference = ld::Model::load(model_path, plain);
+  const std::vector<c10::IValue> given = ld::load_inputs(inputs_path, model);
+  std::vector<c10::IValue> smaller;
+  for (const c10::IValue& input : given) {
+    const at::Tensor& t = input.toTensor();
+    smaller.emplace_back(at::randn({t.size(0), t.size(1), t.size(2) - t.size(2) / 5, t.size(3) - t.size(3) / 5}));
+  }
+  bool close = true;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<c10::IValue>& inputs = i % 2 == 0 ? given : smaller;
+    close = close && close_to(ld::flatten_outputs(model.forward(inputs)), ld::flatten_outputs(reference.forward(inputs)));
+    model.wait_for_kernels();
+  }
+  int64_t computed = 0;
+  const std::vector<ld::FoldedCallSite> folded = model.folded_calls();
+  for (const ld::FoldedCallSite& call : folded) {
+    computed = std::max(computed, call.computed);
+  }
+  check(!folded.empty() && close, "folded calls give the unspecialised results for inputs of two shapes in turn",
+        std::to_string(folded.size()) + " folded calls");
+  check(computed == 4, "a folded call computes again whenever its input shape changes",
+        "computed " + std::to_string(computed) + " times in 4 calls");
+  const ld::Model returns_folded = ld::Model::load(returns_folded_path);
+  const std::vector<c10::IValue> x = {at::randn({2, 5})};
+  const at::Tensor first = ld::flatten_outputs(returns_folded.forward(x)).back();
+  const at::Tensor expected = first.clone();
+  {
+    c10::InferenceMode inference_mode; // outputs are inference tensors: written to under the same mode
+    first.add_(100);                   // the caller's tensor: the model's remembered one must not change with it
+  }
+  const at::Tensor second = ld::flatten_outputs(returns_folded.forward(x)).back();
+  check(!returns_folded.folded_calls().empty() && returns_folded.folded_calls().front().reused > 0 &&
+            at::equal(second, expected),
+        "a folded result the model returns is the caller's own copy");
+}
+
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl\n";
+  if (argc != 6) {
+    std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl\n";
     return 2;
   }
   try {
     concurrent_forward_is_bit_identical(argv[1], argv[2]);
     concurrent_first_calls_prepare_each_site_once(argv[1], argv[2]);
     background_preparation_serves_compiled_kernels_after_it(argv[1], argv[2]);
+    folded_calls_follow_the_input_shapes(argv[1], argv[2], argv[5]);
     missing_operators_are_one_error_listing_all(argv[3]);
     damaged_file_is_an_exception(argv[4]);
     bad_inputs_are_an_input_error(argv[1], argv[1]);

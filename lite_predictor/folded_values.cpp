@@ -1,0 +1,408 @@
+#include <lite_predictor/folded_values.h>
+
+#include <lite_predictor/background_preparation.h>
+#include <lite_predictor/op_binding.h>
+
+#include <torch/csrc/jit/runtime/instruction.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+using torch::jit::Instruction;
+namespace opcode = torch::jit;
+
+// Operators that read only their input's shape.
+bool reads_only_shape(const std::string& op) {
+  return op == "aten::size" || op == "aten::size.int" || op == "aten::dim" || op == "aten::numel";
+}
+
+// Operators whose result is not a function of their arguments.
+bool is_random(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.type()->str().find("Generator") != std::string::npos) {
+      return true;
+    }
+  }
+  return schema.name().find("dropout") != std::string::npos;
+}
+
+bool writes_argument(const c10::Argument& argument) {
+  return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
+}
+
+bool returns_tensors(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) {
+    return false;
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    const auto& type = result.type();
+    if (type->kind() != c10::TypeKind::TensorType &&
+        !(type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() == c10::TypeKind::TensorType)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool returns_alias(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The symbolic run. A value is an object (LOAD copies the reference, as the interpreter does): what is known
+// of each object is whether it is fixed and whether it may share memory with a fixed tensor.
+class FoldTracker {
+ public:
+  FoldTracker(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped)
+      : code_(code), schema_of_(schema_of), skipped_(skipped), registers_(code.register_size_ + 1, kUnknown) {}
+
+  std::vector<size_t> run() && {
+    size_t pc = 0;
+    for (; pc < code_.instructions_.size() && !unsafe_; ++pc) {
+      if (!step(pc, code_.instructions_[pc])) {
+        break;
+      }
+    }
+    if (unsafe_ || !remainder_is_safe(pc)) {
+      return {};
+    }
+    return std::move(foldable_);
+  }
+
+ private:
+  struct Object {
+    bool fixed = false;
+    bool aliases_fixed = false; // may share memory with a fixed tensor (a view of one, a list holding one)
+  };
+  static constexpr int kUnknown = 0; // object 0: not fixed, shares nothing (the function's arguments)
+
+  int make(bool fixed, bool aliases_fixed) {
+    objects_.push_back({fixed, aliases_fixed});
+    return static_cast<int>(objects_.size() - 1);
+  }
+  Object& object(int id) {
+    return objects_[id];
+  }
+  bool touches_fixed(int id) {
+    return object(id).fixed || object(id).aliases_fixed;
+  }
+
+  int pop() {
+    if (stack_.empty()) {
+      return kUnknown; // below what the trace pushed: the function's arguments
+    }
+    const int value = stack_.back();
+    stack_.pop_back();
+    return value;
+  }
+  std::vector<int> pop(size_t n) {
+    std::vector<int> values(n, kUnknown);
+    for (size_t i = n; i-- > 0;) {
+      values[i] = pop();
+    }
+    return values;
+  }
+  int& reg(int64_t index) {
+    if (index < 0 || static_cast<size_t>(index) >= registers_.size()) {
+      throw std::out_of_range("register");
+    }
+    return registers_[index];
+  }
+
+  bool step(size_t pc, const Instruction& inst) {
+    try {
+      switch (inst.op) {
+        case opcode::OP:
+        case opcode::OPN:
+          return call(pc, inst);
+        case opcode::LOAD:
+          stack_.push_back(reg(inst.X));
+          return true;
+        case opcode::MOVE:
+          stack_.push_back(std::exchange(reg(inst.X), kUnknown));
+          return true;
+        case opcode::STORE:
+          reg(inst.X) = pop();
+          return true;
+        case opcode::STOREN:
+          for (int64_t i = inst.N - 1; i >= 0; --i) {
+            reg(inst.X + i) = pop();
+          }
+          return true;
+        case opcode::DROP:
+          pop();
+          return true;
+        case opcode::DROPR:
+          reg(inst.X) = kUnknown;
+          return true;
+        case opcode::LOADC:
+          stack_.push_back(make(true, false));
+          return true;
+        case opcode::LIST_CONSTRUCT:
+        case opcode::DICT_CONSTRUCT:
+          return construct(static_cast<size_t>(inst.N));
+        case opcode::TUPLE_CONSTRUCT:
+          return construct(static_cast<size_t>(inst.X));
+        case opcode::LIST_UNPACK: {
+          const int list = pop();
+          for (int64_t i = 0; i < inst.X; ++i) {
+            stack_.push_back(make(object(list).fixed, touches_fixed(list)));
+          }
+          return true;
+        }
+        default:
+          return false; // jumps, calls, attributes, ...: the trace stops here
+      }
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  }
+
+  // A new container of the popped values (a fresh one each run).
+  bool construct(size_t n) {
+    bool fixed = true, aliases = false;
+    for (int value : pop(n)) {
+      fixed = fixed && object(value).fixed;
+      aliases = aliases || touches_fixed(value);
+    }
+    stack_.push_back(make(fixed, aliases));
+    return true;
+  }
+
+  bool call(size_t pc, const Instruction& inst) {
+    const std::string name = op_display_name(code_.op_names_[inst.X]);
+    const c10::FunctionSchema* schema = schema_of_(name);
+    if (schema == nullptr) {
+      return false;
+    }
+    int given = inst.op == opcode::OPN ? static_cast<int>(inst.N) : code_.operator_input_sizes_[inst.X];
+    if (given < 0) {
+      given = static_cast<int>(schema->arguments().size());
+    }
+    const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    const bool appends = name == "aten::append.t";
+    bool writes = false, all_fixed = true, any_touches = false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool written = i < schema->arguments().size() && writes_argument(schema->arguments()[i]);
+      if (written && !(appends && i == 0) && touches_fixed(inputs[i])) {
+        unsafe_ = true; // the fixed data would change under its remembered copies
+      }
+      writes = writes || written;
+      all_fixed = all_fixed && object(inputs[i]).fixed;
+      any_touches = any_touches || touches_fixed(inputs[i]);
+    }
+    if (appends && inputs.size() == 2) { // the list now holds the element
+      Object& list = object(inputs[0]);
+      list.fixed = list.fixed && object(inputs[1]).fixed;
+      list.aliases_fixed = list.aliases_fixed || touches_fixed(inputs[1]);
+    }
+    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && !is_random(*schema));
+    if (fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0) {
+      foldable_.push_back(pc);
+    }
+    const bool aliases = !fixed && any_touches && (returns_alias(*schema) || appends);
+    for (size_t i = 0; i < schema->returns().size(); ++i) {
+      stack_.push_back(appends ? inputs[0] : make(fixed, aliases));
+    }
+    return true;
+  }
+
+  // Past the traced part nothing is followed: nothing there may write a tensor or call a function.
+  bool remainder_is_safe(size_t from) const {
+    for (size_t pc = from; pc < code_.instructions_.size(); ++pc) {
+      const Instruction& inst = code_.instructions_[pc];
+      if (inst.op == opcode::CALL || inst.op == opcode::INTERFACE_CALL || inst.op == opcode::SET_ATTR) {
+        return false;
+      }
+      if (inst.op != opcode::OP && inst.op != opcode::OPN) {
+        continue;
+      }
+      const c10::FunctionSchema* schema = schema_of_(op_display_name(code_.op_names_[inst.X]));
+      if (schema == nullptr) {
+        return false;
+      }
+      for (const c10::Argument& argument : schema->arguments()) {
+        if (writes_argument(argument) && argument.type()->kind() != c10::TypeKind::ListType &&
+            argument.type()->kind() != c10::TypeKind::DictType) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  const torch::jit::mobile::Code& code_;
+  const OperatorSchema& schema_of_;
+  const std::set<size_t>& skipped_;
+  std::vector<Object> objects_{Object{}};
+  std::vector<int> stack_;
+  std::vector<int> registers_;
+  std::vector<size_t> foldable_;
+  bool unsafe_ = false;
+};
+
+// Whether two arguments are the same for a folded call: numbers and lists by value, tensors by identity (fixed
+// tensors are constants or remembered results, never written).
+bool same_argument(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isTensor() || b.isTensor()) {
+    return a.isTensor() && b.isTensor() && a.toTensor().unsafeGetTensorImpl() == b.toTensor().unsafeGetTensorImpl();
+  }
+  if (a.isInt() && b.isInt()) {
+    return a.toInt() == b.toInt();
+  }
+  if (a.isDouble() && b.isDouble()) {
+    const double x = a.toDouble(), y = b.toDouble();
+    return std::memcmp(&x, &y, sizeof x) == 0; // -0.0 is not 0.0 here
+  }
+  if (a.isBool() && b.isBool()) {
+    return a.toBool() == b.toBool();
+  }
+  if (a.isNone() && b.isNone()) {
+    return true;
+  }
+  if (a.isString() && b.isString()) {
+    return a.toStringRef() == b.toStringRef();
+  }
+  if (a.isList() && b.isList()) {
+    const auto x = a.toListRef(), y = b.toListRef();
+    if (x.size() != y.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!same_argument(x[i], y[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+  if (a.isTuple() && b.isTuple()) {
+    const auto& x = a.toTupleRef().elements();
+    const auto& y = b.toTupleRef().elements();
+    if (x.size() != y.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!same_argument(x[i], y[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return false; // anything else (devices, dtypes as ints are ints): computed again
+}
+
+void collect_storages(const c10::IValue& value, std::set<const void*>& storages) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.has_storage()) {
+      storages.insert(t.storage().unsafeGetStorageImpl());
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      collect_storages(element, storages);
+    }
+  } else if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      collect_storages(element, storages);
+    }
+  }
+}
+
+} // namespace
+
+std::vector<size_t> find_foldable_calls(
+    const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped) {
+  return FoldTracker(code, schema_of, skipped).run();
+}
+
+void FoldedCall::operator()(torch::jit::Stack& stack) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (remembered_ && same_inputs_locked(stack)) {
+      torch::jit::drop(stack, inputs_);
+      stack.insert(stack.end(), last_outputs_.begin(), last_outputs_.end());
+      reused_ += in_preparation_run() ? 0 : 1; // the caller's calls only
+
+      return;
+    }
+  }
+  std::vector<c10::IValue> inputs(stack.end() - static_cast<std::ptrdiff_t>(inputs_), stack.end());
+  op_(stack);
+  std::vector<c10::IValue> outputs(stack.end() - static_cast<std::ptrdiff_t>(outputs_), stack.end());
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_inputs_ = std::move(inputs);
+  last_outputs_ = std::move(outputs);
+  remembered_ = true;
+  computed_ += in_preparation_run() ? 0 : 1;
+  remembered_changes_->fetch_add(1); // under the lock: a run handed these results sees the change after it
+}
+
+bool FoldedCall::same_inputs_locked(const torch::jit::Stack& stack) const {
+  const size_t base = stack.size() - inputs_;
+  for (size_t i = 0; i < inputs_; ++i) {
+    if (!same_argument(stack[base + i], last_inputs_[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t FoldedCall::computed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return computed_;
+}
+
+int64_t FoldedCall::reused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reused_;
+}
+
+void FoldedCall::remembered_storages(std::set<const void*>& storages) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const c10::IValue& output : last_outputs_) {
+    collect_storages(output, storages);
+  }
+}
+
+c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    const bool shares = t.defined() && t.has_storage() && storages.count(t.storage().unsafeGetStorageImpl()) != 0;
+    return shares ? c10::IValue(t.clone()) : value;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      elements.push_back(clone_sharing(element, storages));
+    }
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  if (value.isList()) { // a new list: the returned one may be the model's own
+    const auto list = value.toList();
+    c10::impl::GenericList copy(list.elementType());
+    for (const c10::IValue& element : list.vec()) {
+      copy.push_back(clone_sharing(element, storages));
+    }
+    return copy;
+  }
+  if (value.isGenericDict()) {
+    const auto dict = value.toGenericDict();
+    c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) {
+      copy.insert(entry.key(), clone_sharing(entry.value(), storages));
+    }
+    return copy;
+  }
+  return value;
+}
+
+} // namespace lightweight_dispatch
