@@ -6,6 +6,10 @@
 #                    compile time and size: proves the generator's coverage compiles and links
 # ./build.sh bench   the same setup and build, then the benchmarks (benchmarks/README.md): writes
 #                    build/bench/report.{md,json} and bench.png; extra arguments go to the bench script
+# ./build.sh cross   the same setup and codegen, then lite_predictor for aarch64 Linux into build_aarch64/
+#                    (fetches torch's aarch64 wheel once; CROSS_TOOLCHAIN_FILE and TARGET_TORCH choose another
+#                    toolchain and LibTorch)
+# ./build.sh test-cross  every test model's aarch64 lite_predictor under qemu-aarch64 against its outputs
 # ./build.sh help    this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -47,6 +51,45 @@ build_predictor() {
   local start=$SECONDS
   cmake --build "$BUILD_DIR"
   echo "build took $((SECONDS - start)) s"
+}
+
+CROSS_DIR="$ROOT/build_aarch64"
+
+# A tool the cross build needs, or a message naming the Debian package that has it (and $3, another way).
+need_tool() {
+  if ! command -v "$1" > /dev/null 2>&1; then
+    echo "build.sh: $1 is missing: install it with 'apt-get install $2' (Debian/Ubuntu)${3:+, or $3}" >&2
+    exit 2
+  fi
+}
+
+# Before anything else: the default toolchain's compiler.
+check_cross_compiler() {
+  if [[ -z "${CROSS_TOOLCHAIN_FILE:-}" ]]; then
+    need_tool aarch64-linux-gnu-g++ g++-aarch64-linux-gnu "point CROSS_TOOLCHAIN_FILE at your own toolchain file"
+  fi
+}
+
+build_cross() {
+  local toolchain="${CROSS_TOOLCHAIN_FILE:-$ROOT/cmake/toolchains/aarch64-linux-gnu.cmake}" target_torch
+  if [[ -n "${TARGET_TORCH:-}" ]]; then
+    target_torch="$TARGET_TORCH"
+  else
+    say "the target's LibTorch: torch's aarch64 Linux wheel and the CUDA runtime libraries it names"
+    target_torch="$("$PY" scripts/fetch_target_torch.py)"
+  fi
+  echo "target LibTorch: $target_torch"
+  if [[ ! -f "$CROSS_DIR/build.ninja" ]]; then
+    say "configuring $CROSS_DIR (toolchain $(basename "$toolchain"))"
+    cmake -G Ninja -S "$ROOT" -B "$CROSS_DIR" -DPython3_EXECUTABLE="$PY" -DCMAKE_TOOLCHAIN_FILE="$toolchain" \
+      -DLIGHTWEIGHT_DISPATCH_TARGET_TORCH="$target_torch" \
+      "-DSTATIC_DISPATCH_BACKEND=CPU;QuantizedCPU" -DUSE_LIGHTWEIGHT_DISPATCH=ON
+  fi
+  say "building lite_predictor for aarch64"
+  local start=$SECONDS
+  cmake --build "$CROSS_DIR"
+  echo "cross build took $((SECONDS - start)) s"
+  file "$CROSS_DIR/lite_predictor" 2> /dev/null || true
 }
 
 run_mobilenet() {
@@ -104,8 +147,21 @@ PYEOF
     shift
     "$PY" -m benchmarks.run_benchmarks "$@"
     ;;
+  cross)
+    check_cross_compiler
+    setup_venv
+    dump_ops
+    build_cross
+    ;;
+  test-cross)
+    need_tool qemu-aarch64 qemu-user
+    setup_venv
+    say "running the aarch64 build under qemu-aarch64 (one iteration per test model)"
+    shift
+    "$PY" scripts/test_cross.py --build "$CROSS_DIR" "$@"
+    ;;
   help|-h|--help)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *)
     echo "build.sh: unknown command '$1' (try ./build.sh help)" >&2

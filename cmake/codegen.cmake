@@ -78,6 +78,13 @@ endmacro()
 function(lightweight_dispatch_check_torch_version)
   if(DEFINED Torch_VERSION AND NOT "${Torch_VERSION}" STREQUAL "" AND
      NOT "${Torch_VERSION}" VERSION_EQUAL "${LIGHTWEIGHT_DISPATCH_TORCH_VERSION}")
+    if(LIGHTWEIGHT_DISPATCH_TARGET_TORCH)
+      message(FATAL_ERROR
+        "lightweight_dispatch: the target's LibTorch (LIGHTWEIGHT_DISPATCH_TARGET_TORCH=${LIGHTWEIGHT_DISPATCH_TARGET_TORCH}) "
+        "is torch ${Torch_VERSION}, but the generator reads native_functions.yaml from the host's torch "
+        "${LIGHTWEIGHT_DISPATCH_TORCH_VERSION} (${Python3_EXECUTABLE}): generated code would call kernels with other "
+        "signatures. Build for the target with a LibTorch of torch ${LIGHTWEIGHT_DISPATCH_TORCH_VERSION}.")
+    endif()
     message(FATAL_ERROR
       "lightweight_dispatch: the LibTorch found (${Torch_DIR}) is ${Torch_VERSION}, but the generator's Python "
       "(${Python3_EXECUTABLE}) has torch ${LIGHTWEIGHT_DISPATCH_TORCH_VERSION}. Use the same torch for both: put "

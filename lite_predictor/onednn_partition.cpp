@@ -3,7 +3,17 @@
 #include <ATen/Config.h>
 #include <ATen/ops/empty.h>
 
-#if AT_MKLDNN_ENABLED()
+// Where the stage compiles kernels: x86-64 LibTorch with oneDNN, the only place they were measured against the
+// generated kernels and the peers. The aarch64 wheels have oneDNN (with Arm Compute Library) and oneDNN Graph
+// too, and it compiles and runs there under emulation, but nothing here says it is faster on ARM hardware, so
+// an ARM build keeps every site's generated kernels (its folded values still apply).
+#if AT_MKLDNN_ENABLED() && defined(__x86_64__)
+#define LIGHTWEIGHT_DISPATCH_ONEDNN_GRAPH 1
+#else
+#define LIGHTWEIGHT_DISPATCH_ONEDNN_GRAPH 0
+#endif
+
+#if LIGHTWEIGHT_DISPATCH_ONEDNN_GRAPH
 #include <torch/csrc/jit/codegen/onednn/interface.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/operator.h>
@@ -14,7 +24,7 @@
 
 namespace lightweight_dispatch {
 
-#if AT_MKLDNN_ENABLED() // the checks are oneDNN Graph's; without it no site is compiled
+#if LIGHTWEIGHT_DISPATCH_ONEDNN_GRAPH // the checks are oneDNN Graph's; without it no site is compiled
 
 namespace {
 
@@ -209,7 +219,7 @@ at::Tensor OnednnPartition::run(const at::Tensor& input, const at::Tensor* resid
   return stack.back().toTensor();
 }
 
-#else // no MKLDNN: every site keeps its generated kernel
+#else // no oneDNN Graph here: every site keeps its generated kernel
 
 struct OnednnPartition::Impl {};
 
@@ -219,12 +229,12 @@ bool onednn_graph_available() {
 
 std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain&, const at::Tensor&,
     const at::Tensor*, c10::MemoryFormat, at::Tensor&, std::string& why_not) {
-  why_not = "this LibTorch has no oneDNN Graph";
+  why_not = "this build compiles no oneDNN Graph kernels (x86-64 only)";
   return nullptr;
 }
 
 at::Tensor OnednnPartition::run(const at::Tensor&, const at::Tensor*) const {
-  TORCH_CHECK(false, "this LibTorch has no oneDNN Graph");
+  TORCH_CHECK(false, "this build compiles no oneDNN Graph kernels (x86-64 only)");
 }
 
 #endif

@@ -20,7 +20,7 @@
 
 namespace lightweight_dispatch {
 
-// Whether this LibTorch has oneDNN Graph (x86 builds with MKLDNN).
+// Whether the stage compiles oneDNN Graph kernels here: x86-64 builds of a LibTorch with MKLDNN.
 bool onednn_graph_available();
 
 class OnednnPartition {
