@@ -1,6 +1,11 @@
 #include <lite_predictor/background_preparation.h>
 
+#include <lite_predictor/op_binding.h>
+
 #include <ATen/Parallel.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+#include <torch/csrc/jit/runtime/instruction.h>
 
 #include <chrono>
 #include <exception>
@@ -34,6 +39,47 @@ bool take_unprepared_shape() {
   const bool met = unprepared_shape_met;
   unprepared_shape_met = false;
   return met;
+}
+
+namespace {
+
+bool draws_random_numbers(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.type()->str().find("Generator") != std::string::npos) {
+      return true;
+    }
+  }
+  return schema.name().find("dropout") != std::string::npos;
+}
+
+} // namespace
+
+std::string why_a_preparation_run_would_show(
+    const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    const auto& code = function->get_code();
+    const std::string where = " (" + function->qualname().qualifiedName() + ")";
+    for (const auto& inst : code.instructions_) {
+      if (inst.op == torch::jit::GET_ATTR || inst.op == torch::jit::SET_ATTR) {
+        return "it reads or writes the module's attributes, state a second run could change" + where;
+      }
+      if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
+        continue;
+      }
+      const std::string op = op_display_name(code.op_names_[inst.X]);
+      const c10::FunctionSchema* schema = schema_of(op);
+      if (schema == nullptr) {
+        return "it calls " + op + ", whose schema is unknown" + where;
+      }
+      if (draws_random_numbers(*schema)) {
+        return "it calls " + op + ", which draws random numbers: a second run would move the generator" + where;
+      }
+      if (op == "prim::Print" || op == "aten::warn") {
+        return "it calls " + op + ": a second run would print again" + where;
+      }
+    }
+  }
+  return "";
 }
 
 BackgroundPreparer::BackgroundPreparer(MethodRun run) : run_(std::move(run)) {}

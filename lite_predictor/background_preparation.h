@@ -12,7 +12,9 @@
 
 #include <lightweight_dispatch/runtime.h>
 
+#include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/mobile/module.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -38,6 +40,13 @@ bool in_preparation_run();
 // A site met a shape it has no kernel for, on this thread, since the last take_unprepared_shape().
 void note_unprepared_shape();
 bool take_unprepared_shape();
+
+// Why running `module` once more, unseen, could be seen (and so its kernels are prepared on first calls
+// instead), or "" if it cannot: a function that reads or writes the module's attributes (state a run may
+// change), or calls an operator that draws random numbers (a second run would move the generator) or prints.
+// `schema_of` gives operators' schemas (null if unknown: then it could be seen).
+std::string why_a_preparation_run_would_show(
+    const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of);
 
 // At most one preparation run at a time, each on a new thread; the destructor waits for it.
 class BackgroundPreparer {

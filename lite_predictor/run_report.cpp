@@ -163,6 +163,9 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
     out << " ms, in the first run";
   }
   out << std::defaultfloat << "\n";
+  if (!background.first_call_because.empty()) {
+    out << "  prepared on first calls, not in the background: " << background.first_call_because << "\n";
+  }
   if (!background.error.empty()) {
     out << "  background preparation failed (its sites keep their generated kernels): " << background.error << "\n";
   }
@@ -183,7 +186,8 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
   const BackgroundPreparationStatus& background = report.background_preparation;
   out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"background_preparation\": {\"runs\": "
       << background.runs << ", \"busy_ms\": " << background.busy_ms << ", \"waited_ms\": " << report.kernels_waited_ms
-      << ", \"error\": " << json_string(background.error) << "}, \"call_sites\": [";
+      << ", \"error\": " << json_string(background.error)
+      << ", \"first_call_because\": " << json_string(background.first_call_because) << "}, \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction

@@ -135,6 +135,7 @@ struct Model::Impl {
   const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
   std::optional<torch::jit::mobile::Method> forward_method;
   std::unique_ptr<BackgroundPreparer> preparer; // Preparation::Background, with sites to prepare
+  std::string first_call_because; // Background asked for, but a preparation run would show: why
 
   // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
   c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
@@ -216,10 +217,17 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
         }
         return found->second ? &*found->second : nullptr;
       };
-      impl->specialization =
-          specialize_call_sites(impl->module, schema_of, options.preparation == Preparation::FirstCall);
+      bool background = options.preparation == Preparation::Background;
+      if (background) {
+        impl->first_call_because = why_a_preparation_run_would_show(impl->module, schema_of);
+        background = impl->first_call_because.empty();
+      }
+      impl->specialization = specialize_call_sites(impl->module, schema_of, !background);
       impl->restores_layout = impl->specialization->may_return_channels_last();
-      if (options.preparation == Preparation::Background && impl->specialization->has_sites()) {
+      if (!impl->specialization->has_sites()) {
+        impl->first_call_because.clear(); // nothing to prepare either way
+      }
+      if (background && impl->specialization->has_sites()) {
         impl->preparer = std::make_unique<BackgroundPreparer>(
             [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
               c10::InferenceMode inference_mode;
@@ -343,7 +351,9 @@ void Model::wait_for_kernels() const {
 }
 
 BackgroundPreparationStatus Model::background_preparation() const {
-  return impl_->preparer ? impl_->preparer->status() : BackgroundPreparationStatus{};
+  BackgroundPreparationStatus status = impl_->preparer ? impl_->preparer->status() : BackgroundPreparationStatus{};
+  status.first_call_because = impl_->first_call_because;
+  return status;
 }
 
 const std::string& Model::path() const {

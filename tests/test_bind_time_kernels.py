@@ -347,7 +347,8 @@ def test_background_preparation_checks_and_saves_the_compiled_kernels_outputs(
 def test_first_call_preparation_compiles_on_the_first_run(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
     report = run_saving(predictor, models_dir / "mobilenet_v2.ptl", tmp_path / "out.pt", "--prepare", "first-call")
     assert report["outputs_match"] is True, report["mismatch"]
-    assert report["background_preparation"] == {"runs": 0, "busy_ms": 0, "waited_ms": 0, "error": ""}
+    assert report["background_preparation"] == {
+        "runs": 0, "busy_ms": 0, "waited_ms": 0, "error": "", "first_call_because": ""}
     for site in report["specialized_sites"]:
         assert site["prepare_ms"] > 0
         if not site["notes"]:  # the first run prepared it (generated kernels for the check), the 3 after ran it
@@ -419,3 +420,46 @@ def test_a_function_that_writes_a_fixed_value_folds_nothing(in_loop: bool, predi
     report = run_saving(predictor, path, tmp_path / "out.pt")
     assert report["folded_calls"] == []
     assert report["outputs_match"] is True, report["mismatch"]  # the 5th run's, as the 1st: no accumulation
+
+
+class CountsItsCalls(torch.nn.Module):
+    """A frozen conv whose module keeps state: an attribute every run increments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.relu(self.conv(x)) * float(self.calls)
+
+
+def test_a_model_with_state_prepares_on_first_calls_not_in_a_second_run(predictor: Path, tmp_path: Path) -> None:
+    # A background run would increment the counter unseen: the outputs (scaled by it) would then differ.
+    module = CountsItsCalls().eval()
+    x = torch.randn(1, 3, 16, 16)
+    path = tmp_path / "counts.ptl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frozen = torch.jit.freeze(torch.jit.script(module), preserved_attrs=["calls"])
+        path.write_bytes(frozen._save_to_buffer_for_lite_interpreter())
+    run = run_predictor(predictor, path, "--iters", "3", "--warmup", "0", "--json", "--save-outputs", tmp_path / "out.pt",
+                        "--input", _save_inputs(tmp_path, [x]))
+    assert run.returncode == 0, run.stderr
+    report = run.json()
+    (site,) = report["specialized_sites"]
+    background = report["background_preparation"]
+    assert background["runs"] == 0
+    assert background["first_call_because"].startswith("it reads or writes the module's attributes")
+    assert (site["generated_calls"], site["specialized_calls"]) in ((1, 3), (4, 0))  # compiled, or lost its race
+    # The run saved is the first, the counter's first value: no hidden run moved it.
+    with torch.no_grad():
+        expected = torch.relu(module.conv(x))
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-5, atol=1e-5)
+
+
+def _save_inputs(tmp_path: Path, inputs: list[torch.Tensor]) -> Path:
+    path = tmp_path / "inputs.pt"
+    torch.save(inputs, path)
+    return path

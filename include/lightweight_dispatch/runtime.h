@@ -182,6 +182,9 @@ struct BackgroundPreparationStatus {
   bool running = false; // one runs now
   double busy_ms = 0;   // their time in all, on their own thread
   std::string error;    // the last run's failure ("" if none): its sites keep their generated kernels
+  // Preparation::Background was asked for but this model prepares on first calls, because a second run could be
+  // seen (it has attributes a run may change, or draws random numbers, or prints): why. "" otherwise.
+  std::string first_call_because;
 };
 
 // Where Model::load's time went, in milliseconds.
