@@ -1,5 +1,6 @@
 #include <lite_predictor/background_preparation.h>
 
+#include <lite_predictor/folded_values.h>
 #include <lite_predictor/op_binding.h>
 
 #include <ATen/Parallel.h>
@@ -41,18 +42,6 @@ bool take_unprepared_shape() {
   return met;
 }
 
-namespace {
-
-bool draws_random_numbers(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& argument : schema.arguments()) {
-    if (argument.type()->str().find("Generator") != std::string::npos) {
-      return true;
-    }
-  }
-  return schema.name().find("dropout") != std::string::npos;
-}
-
-} // namespace
 
 std::string why_a_preparation_run_would_show(
     const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of) {

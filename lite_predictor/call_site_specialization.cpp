@@ -3,6 +3,7 @@
 #include <lite_predictor/background_preparation.h>
 #include <lite_predictor/onednn_partition.h>
 #include <lite_predictor/op_binding.h>
+#include <lite_predictor/tensor_tree.h>
 
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/max.h>
@@ -544,34 +545,8 @@ bool inputs_are_stock_layout(const std::vector<c10::IValue>& inputs) {
 }
 
 c10::IValue restore_stock_layout(c10::IValue output) {
-  if (output.isTensor()) {
-    return is_channels_last_only(output.toTensor()) ? c10::IValue(output.toTensor().contiguous()) : output;
-  }
-  if (output.isTuple()) {
-    std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : output.toTupleRef().elements()) {
-      elements.push_back(restore_stock_layout(element));
-    }
-    return c10::ivalue::Tuple::create(std::move(elements));
-  }
-  // New containers: a returned list or dict may be the model's own attribute.
-  if (output.isList()) {
-    const auto list = output.toList();
-    c10::impl::GenericList restored(list.elementType());
-    for (const c10::IValue& element : list.vec()) {
-      restored.push_back(restore_stock_layout(element));
-    }
-    return restored;
-  }
-  if (output.isGenericDict()) {
-    const auto dict = output.toGenericDict();
-    c10::impl::GenericDict restored(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) {
-      restored.insert(entry.key(), restore_stock_layout(entry.value()));
-    }
-    return restored;
-  }
-  return output;
+  return map_tensors(std::move(output),
+      [](const at::Tensor& t) { return is_channels_last_only(t) ? t.contiguous() : t; });
 }
 
 } // namespace lightweight_dispatch

@@ -2,9 +2,12 @@
 
 #include <lite_predictor/background_preparation.h>
 #include <lite_predictor/op_binding.h>
+#include <lite_predictor/symbolic_stack.h>
+#include <lite_predictor/tensor_tree.h>
 
 #include <torch/csrc/jit/runtime/instruction.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -19,16 +22,6 @@ namespace opcode = torch::jit;
 // Operators that read only their input's shape.
 bool reads_only_shape(const std::string& op) {
   return op == "aten::size" || op == "aten::size.int" || op == "aten::dim" || op == "aten::numel";
-}
-
-// Operators whose result is not a function of their arguments.
-bool is_random(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& argument : schema.arguments()) {
-    if (argument.type()->str().find("Generator") != std::string::npos) {
-      return true;
-    }
-  }
-  return schema.name().find("dropout") != std::string::npos;
 }
 
 bool writes_argument(const c10::Argument& argument) {
@@ -63,7 +56,7 @@ bool returns_alias(const c10::FunctionSchema& schema) {
 class FoldTracker {
  public:
   FoldTracker(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped)
-      : code_(code), schema_of_(schema_of), skipped_(skipped), registers_(code.register_size_ + 1, kUnknown) {}
+      : code_(code), schema_of_(schema_of), skipped_(skipped), values_(code.register_size_, kUnknown) {}
 
   std::vector<size_t> run() && {
     size_t pc = 0;
@@ -96,56 +89,17 @@ class FoldTracker {
     return object(id).fixed || object(id).aliases_fixed;
   }
 
-  int pop() {
-    if (stack_.empty()) {
-      return kUnknown; // below what the trace pushed: the function's arguments
-    }
-    const int value = stack_.back();
-    stack_.pop_back();
-    return value;
-  }
-  std::vector<int> pop(size_t n) {
-    std::vector<int> values(n, kUnknown);
-    for (size_t i = n; i-- > 0;) {
-      values[i] = pop();
-    }
-    return values;
-  }
-  int& reg(int64_t index) {
-    if (index < 0 || static_cast<size_t>(index) >= registers_.size()) {
-      throw std::out_of_range("register");
-    }
-    return registers_[index];
-  }
-
   bool step(size_t pc, const Instruction& inst) {
     try {
+      if (values_.move_values(inst)) {
+        return true;
+      }
       switch (inst.op) {
         case opcode::OP:
         case opcode::OPN:
           return call(pc, inst);
-        case opcode::LOAD:
-          stack_.push_back(reg(inst.X));
-          return true;
-        case opcode::MOVE:
-          stack_.push_back(std::exchange(reg(inst.X), kUnknown));
-          return true;
-        case opcode::STORE:
-          reg(inst.X) = pop();
-          return true;
-        case opcode::STOREN:
-          for (int64_t i = inst.N - 1; i >= 0; --i) {
-            reg(inst.X + i) = pop();
-          }
-          return true;
-        case opcode::DROP:
-          pop();
-          return true;
-        case opcode::DROPR:
-          reg(inst.X) = kUnknown;
-          return true;
         case opcode::LOADC:
-          stack_.push_back(make(true, false));
+          values_.push(make(true, false));
           return true;
         case opcode::LIST_CONSTRUCT:
         case opcode::DICT_CONSTRUCT:
@@ -153,9 +107,9 @@ class FoldTracker {
         case opcode::TUPLE_CONSTRUCT:
           return construct(static_cast<size_t>(inst.X));
         case opcode::LIST_UNPACK: {
-          const int list = pop();
+          const int list = values_.pop();
           for (int64_t i = 0; i < inst.X; ++i) {
-            stack_.push_back(make(object(list).fixed, touches_fixed(list)));
+            values_.push(make(object(list).fixed, touches_fixed(list)));
           }
           return true;
         }
@@ -170,11 +124,11 @@ class FoldTracker {
   // A new container of the popped values (a fresh one each run).
   bool construct(size_t n) {
     bool fixed = true, aliases = false;
-    for (int value : pop(n)) {
+    for (int value : values_.pop(n)) {
       fixed = fixed && object(value).fixed;
       aliases = aliases || touches_fixed(value);
     }
-    stack_.push_back(make(fixed, aliases));
+    values_.push(make(fixed, aliases));
     return true;
   }
 
@@ -188,7 +142,7 @@ class FoldTracker {
     if (given < 0) {
       given = static_cast<int>(schema->arguments().size());
     }
-    const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
     const bool appends = name == "aten::append.t";
     bool writes = false, all_fixed = true, any_touches = false;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -205,13 +159,13 @@ class FoldTracker {
       list.fixed = list.fixed && object(inputs[1]).fixed;
       list.aliases_fixed = list.aliases_fixed || touches_fixed(inputs[1]);
     }
-    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && !is_random(*schema));
+    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && !draws_random_numbers(*schema));
     if (fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0) {
       foldable_.push_back(pc);
     }
     const bool aliases = !fixed && any_touches && (returns_alias(*schema) || appends);
     for (size_t i = 0; i < schema->returns().size(); ++i) {
-      stack_.push_back(appends ? inputs[0] : make(fixed, aliases));
+      values_.push(appends ? inputs[0] : make(fixed, aliases));
     }
     return true;
   }
@@ -244,11 +198,16 @@ class FoldTracker {
   const OperatorSchema& schema_of_;
   const std::set<size_t>& skipped_;
   std::vector<Object> objects_{Object{}};
-  std::vector<int> stack_;
-  std::vector<int> registers_;
+  SymbolicStack values_; // each value: an object of objects_
   std::vector<size_t> foldable_;
   bool unsafe_ = false;
 };
+
+bool same_argument(const c10::IValue& a, const c10::IValue& b);
+
+bool same_elements(c10::ArrayRef<c10::IValue> x, c10::ArrayRef<c10::IValue> y) {
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), same_argument);
+}
 
 // Whether two arguments are the same for a folded call: numbers and lists by value, tensors by identity (fixed
 // tensors are constants or remembered results, never written).
@@ -273,51 +232,32 @@ bool same_argument(const c10::IValue& a, const c10::IValue& b) {
     return a.toStringRef() == b.toStringRef();
   }
   if (a.isList() && b.isList()) {
-    const auto x = a.toListRef(), y = b.toListRef();
-    if (x.size() != y.size()) {
-      return false;
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (!same_argument(x[i], y[i])) {
-        return false;
-      }
-    }
-    return true;
+    return same_elements(a.toListRef(), b.toListRef());
   }
   if (a.isTuple() && b.isTuple()) {
-    const auto& x = a.toTupleRef().elements();
-    const auto& y = b.toTupleRef().elements();
-    if (x.size() != y.size()) {
-      return false;
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (!same_argument(x[i], y[i])) {
-        return false;
-      }
-    }
-    return true;
+    return same_elements(a.toTupleRef().elements(), b.toTupleRef().elements());
   }
   return false; // anything else (devices, dtypes as ints are ints): computed again
 }
 
 void collect_storages(const c10::IValue& value, std::set<const void*>& storages) {
-  if (value.isTensor()) {
-    const at::Tensor& t = value.toTensor();
+  for_each_tensor(value, [&](const at::Tensor& t) {
     if (t.defined() && t.has_storage()) {
       storages.insert(t.storage().unsafeGetStorageImpl());
     }
-  } else if (value.isList()) {
-    for (const c10::IValue& element : value.toListRef()) {
-      collect_storages(element, storages);
-    }
-  } else if (value.isTuple()) {
-    for (const c10::IValue& element : value.toTupleRef().elements()) {
-      collect_storages(element, storages);
-    }
-  }
+  });
 }
 
 } // namespace
+
+bool draws_random_numbers(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.type()->str().find("Generator") != std::string::npos) {
+      return true;
+    }
+  }
+  return schema.name().find("dropout") != std::string::npos;
+}
 
 std::vector<size_t> find_foldable_calls(
     const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped) {
@@ -374,35 +314,10 @@ void FoldedCall::remembered_storages(std::set<const void*>& storages) const {
 }
 
 c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages) {
-  if (value.isTensor()) {
-    const at::Tensor& t = value.toTensor();
+  return map_tensors(std::move(value), [&](const at::Tensor& t) {
     const bool shares = t.defined() && t.has_storage() && storages.count(t.storage().unsafeGetStorageImpl()) != 0;
-    return shares ? c10::IValue(t.clone()) : value;
-  }
-  if (value.isTuple()) {
-    std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : value.toTupleRef().elements()) {
-      elements.push_back(clone_sharing(element, storages));
-    }
-    return c10::ivalue::Tuple::create(std::move(elements));
-  }
-  if (value.isList()) { // a new list: the returned one may be the model's own
-    const auto list = value.toList();
-    c10::impl::GenericList copy(list.elementType());
-    for (const c10::IValue& element : list.vec()) {
-      copy.push_back(clone_sharing(element, storages));
-    }
-    return copy;
-  }
-  if (value.isGenericDict()) {
-    const auto dict = value.toGenericDict();
-    c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) {
-      copy.insert(entry.key(), clone_sharing(entry.value(), storages));
-    }
-    return copy;
-  }
-  return value;
+    return shares ? t.clone() : t;
+  });
 }
 
 } // namespace lightweight_dispatch

@@ -29,6 +29,10 @@ namespace lightweight_dispatch {
 // An operator's schema by its name ("aten::add.Tensor"), or null if unknown.
 using OperatorSchema = std::function<const c10::FunctionSchema*(const std::string& op_name)>;
 
+// Whether an operator's result is not a function of its arguments alone: it takes a Generator (random numbers)
+// or is a dropout.
+bool draws_random_numbers(const c10::FunctionSchema& schema);
+
 // The OP instructions of `code` that can be folded (none if the function cannot be proven safe); `skipped`:
 // instructions another part of the stage re-binds.
 std::vector<size_t> find_foldable_calls(

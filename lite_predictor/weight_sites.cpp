@@ -1,6 +1,7 @@
 #include <lite_predictor/weight_sites.h>
 
 #include <lite_predictor/op_binding.h>
+#include <lite_predictor/symbolic_stack.h>
 
 #include <torch/csrc/jit/runtime/instruction.h>
 
@@ -247,7 +248,7 @@ namespace {
 class SiteValueTracker {
  public:
   SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of)
-      : code_(code), returns_of_(returns_of), registers_(code.register_size_ + 1, -1) {
+      : code_(code), returns_of_(returns_of), values_(code.register_size_, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
@@ -271,10 +272,10 @@ class SiteValueTracker {
       }
     }
     // Whatever is still alive (returned, or used past where the trace stopped), and every site not reached, escapes.
-    for (int value : stack_) {
+    for (int value : values_.stack()) {
       escape(value);
     }
-    for (int value : registers_) {
+    for (int value : values_.registers()) {
       escape(value);
     }
     for (const auto& [instruction, site] : conv_at_) {
@@ -327,64 +328,24 @@ class SiteValueTracker {
       flow_.sole_consumer[value] = consumer;
     }
   }
-  // Below what the trace pushed lie the function's arguments (the caller's values: no site's).
-  int pop() {
-    if (stack_.empty()) {
-      return -1;
-    }
-    const int value = stack_.back();
-    stack_.pop_back();
-    return value;
-  }
-  std::vector<int> pop(size_t n) {
-    std::vector<int> values(n, -1);
-    for (size_t i = n; i-- > 0;) {
-      values[i] = pop();
-    }
-    return values;
-  }
-  int& reg(int64_t index) {
-    if (index < 0 || static_cast<size_t>(index) >= registers_.size()) {
-      throw std::out_of_range("register");
-    }
-    return registers_[index];
-  }
-
   // One instruction's effect; false where the trace stops.
   bool step(size_t pc, const Instruction& inst) {
     try {
+      if (values_.move_values(inst)) {
+        return true;
+      }
       switch (inst.op) {
         case opcode::OP:
         case opcode::OPN:
           return call(pc, inst);
-        case opcode::LOAD:
-          stack_.push_back(reg(inst.X));
-          return true;
-        case opcode::MOVE:
-          stack_.push_back(std::exchange(reg(inst.X), -1));
-          return true;
-        case opcode::STORE:
-          reg(inst.X) = pop();
-          return true;
-        case opcode::STOREN:
-          for (int64_t i = inst.N - 1; i >= 0; --i) {
-            reg(inst.X + i) = pop();
-          }
-          return true;
-        case opcode::DROP:
-          pop();
-          return true;
-        case opcode::DROPR:
-          reg(inst.X) = -1;
-          return true;
         case opcode::LOADC:
-          stack_.push_back(-1);
+          values_.push(-1);
           return true;
         case opcode::TUPLE_CONSTRUCT:
           return construct(static_cast<size_t>(inst.X));
         case opcode::LIST_UNPACK: // a list's elements (sizes, here): no site's
-          escape(pop());
-          stack_.insert(stack_.end(), static_cast<size_t>(inst.X), -1);
+          escape(values_.pop());
+          values_.push(static_cast<size_t>(inst.X), -1);
           return true;
         case opcode::LIST_CONSTRUCT:
         case opcode::DICT_CONSTRUCT:
@@ -398,10 +359,10 @@ class SiteValueTracker {
   }
 
   bool construct(size_t inputs) {
-    for (int value : pop(inputs)) {
+    for (int value : values_.pop(inputs)) {
       escape(value);
     }
-    stack_.push_back(-1);
+    values_.push(-1);
     return true;
   }
 
@@ -411,11 +372,11 @@ class SiteValueTracker {
     if (given < 0) {
       return false;
     }
-    const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
     if (const auto conv = conv_at_.find(pc); conv != conv_at_.end()) {
       use_by_site(inputs.at(0), conv->second);
       flow_.input_from_site[conv->second] = inputs.at(0);
-      stack_.push_back(conv->second);
+      values_.push(conv->second);
       return true;
     }
     if (const auto post = post_op_at_.find(pc); post != post_op_at_.end()) {
@@ -425,7 +386,7 @@ class SiteValueTracker {
           use_by_site(value, -1);
         }
       }
-      stack_.push_back(post->second);
+      values_.push(post->second);
       return true;
     }
     for (int value : inputs) {
@@ -435,14 +396,13 @@ class SiteValueTracker {
     if (!returns) {
       return false;
     }
-    stack_.insert(stack_.end(), *returns, -1);
+    values_.push(*returns, -1);
     return true;
   }
 
   const torch::jit::mobile::Code& code_;
   const ReturnCount& returns_of_;
-  std::vector<int> stack_;
-  std::vector<int> registers_;
+  SymbolicStack values_; // each value: the site that produced it, or -1
   std::map<size_t, int> conv_at_, post_op_at_;
   std::set<int> used_;
   std::vector<int> uses_;              // uses by sites
