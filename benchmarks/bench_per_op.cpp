@@ -10,7 +10,7 @@
 // valgrind the client requests do nothing, so the program also runs as a plain check.
 #include <benchmarks/bench_model.h>
 #include <benchmarks/kernel_floor.h>
-#include <lite_predictor/tensor_io.h>
+#include <lightweight_dispatch/values.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/abs.h>

@@ -8,7 +8,7 @@
 //   quit
 // Any failure replies "error MESSAGE" and the server keeps serving.
 #include <benchmarks/bench_model.h>
-#include <lite_predictor/tensor_io.h>
+#include <lightweight_dispatch/values.h>
 
 #include <ATen/Parallel.h>
 

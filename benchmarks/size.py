@@ -26,11 +26,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGET_PER_OP_RATIO = 1.0
 SELECTED_TARGET = "generated_kernels"
 ALL_OPS_TARGET = "all_ops_kernels"
-HELPERS_TARGET = "lightweight_dispatch_unboxing_helpers"
-HELPERS_OBJECT = f"CMakeFiles/{HELPERS_TARGET}.dir/lite_predictor/unboxing_helpers.cpp.o"
+HELPERS_TARGET = "lightweight_dispatch_kernel_support"
+HELPERS_OBJECT = f"kernel_support/CMakeFiles/{HELPERS_TARGET}.dir/unboxing_helpers.cpp.o"
 # What the generated code depends on besides the selection: a change here makes old all-ops objects stale.
-GENERATOR_INPUTS = ("tools/*.py", "lite_predictor/unboxing_helpers.h", "lite_predictor/unboxing_helpers.cpp",
-                    "lite_predictor/kernel_table.h", "cmake/codegen.cmake", "CMakeLists.txt")
+GENERATOR_INPUTS = ("tools/*.py", "include/lightweight_dispatch/unboxing_helpers.h", "kernel_support/unboxing_helpers.cpp",
+                    "include/lightweight_dispatch/kernel_table.h", "cmake/codegen.cmake", "CMakeLists.txt")
 
 
 class SizeError(Exception):

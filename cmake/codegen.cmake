@@ -143,10 +143,10 @@ function(lightweight_dispatch_generate_kernels)
   add_library(${ARG_TARGET} STATIC ${_sources})
   set_source_files_properties(${_sources} PROPERTIES COMPILE_OPTIONS ${GENERATED_CODE_OPTIMIZATION})
   add_dependencies(${ARG_TARGET} ${ARG_TARGET}_codegen)
-  # The conversions every generated shard calls (lite_predictor/unboxing_helpers.h), compiled once for all
+  # The conversions every generated shard calls (lightweight_dispatch/unboxing_helpers.h), compiled once for all
   # kernel libraries of a build rather than inlined into every shard, and the project's own kernels
   # (custom_ops.yaml), which generated code calls directly. Both carry the include directories and LibTorch.
-  target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch::unboxing_helpers lightweight_dispatch::torchvision_kernels)
+  target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch::kernel_support lightweight_dispatch::torchvision_kernels)
 endfunction()
 
 # lightweight_dispatch_add_kernels(<target> OPS_YAML <yaml> [NUM_SHARDS n] [OUTPUT_DIR dir])

@@ -2,8 +2,9 @@
 # LightweightDispatch (find_package(LightweightDispatch CONFIG), with P and LibTorch on CMAKE_PREFIX_PATH).
 #
 #   lib/                                     the runtime and the prebuilt libraries generated kernels call
-#   include/lightweight_dispatch/runtime.h   the API; include/lite_predictor/, include/custom_kernels/: the
-#                                            headers it and generated code include
+#   include/lightweight_dispatch/            the public headers, and only they: the API (runtime.h, values.h,
+#                                            bind_time_report.h) and what generated code includes (kernel_table.h,
+#                                            unboxing_helpers.h, dispatcher_call.h, torchvision_kernels.h)
 #   share/lightweight_dispatch/              the generator (tools/, custom_ops.yaml, quantized_ops.yaml) and
 #                                            cmake/codegen.cmake, laid out as in the source tree
 #   lib/cmake/LightweightDispatch/           the package: lightweight_dispatch::runtime and
@@ -13,13 +14,10 @@ include(CMakePackageConfigHelpers)
 set(_share_dir "${CMAKE_INSTALL_DATADIR}/lightweight_dispatch")
 set(_package_dir "${CMAKE_INSTALL_LIBDIR}/cmake/LightweightDispatch")
 
-install(TARGETS lightweight_dispatch_runtime lightweight_dispatch_unboxing_helpers torchvision_kernels
+install(TARGETS lightweight_dispatch_runtime lightweight_dispatch_kernel_support torchvision_kernels
         EXPORT LightweightDispatchTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
-install(FILES include/lightweight_dispatch/runtime.h DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/lightweight_dispatch")
-install(FILES lite_predictor/kernel_table.h lite_predictor/unboxing_helpers.h lite_predictor/dispatcher_call.h
-        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/lite_predictor")
-install(FILES custom_kernels/torchvision_kernels.h DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/custom_kernels")
+install(DIRECTORY include/lightweight_dispatch DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" FILES_MATCHING PATTERN "*.h")
 
 file(GLOB _generator_sources "${PROJECT_SOURCE_DIR}/tools/*.py")
 install(FILES ${_generator_sources} DESTINATION "${_share_dir}/tools")

@@ -3,7 +3,7 @@
 // Per image: gather every kernel tap's bilinear sample into a column matrix [C * kh * kw, outH * outW]
 // (deformable im2col), then one batched matrix product per image over the convolution groups.
 #include <custom_kernels/roi_common.h>
-#include <custom_kernels/torchvision_kernels.h>
+#include <lightweight_dispatch/torchvision_kernels.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/bmm_cpu_dispatch.h>

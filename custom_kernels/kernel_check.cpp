@@ -5,7 +5,7 @@
 // tensors (float -> float64, int -> int64, bool -> bool). OUT.pt receives the op's outputs as a tuple of
 // tensors for `torch.load` (see save_tensors). Exit status: 0 on success; 1 with a message on stderr when the
 // arguments or the kernel's own checks fail; 2 on bad usage.
-#include <custom_kernels/torchvision_kernels.h>
+#include <lightweight_dispatch/torchvision_kernels.h>
 
 #include <torch/csrc/jit/serialization/pickle.h>
 

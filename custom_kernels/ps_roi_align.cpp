@@ -1,6 +1,6 @@
 // torchvision::ps_roi_align: position-sensitive RoIAlign (R-FCN's pooling with bilinear samples) on the CPU.
 #include <custom_kernels/roi_common.h>
-#include <custom_kernels/torchvision_kernels.h>
+#include <lightweight_dispatch/torchvision_kernels.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/zeros.h>

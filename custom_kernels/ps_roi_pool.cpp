@@ -1,6 +1,6 @@
 // torchvision::ps_roi_pool: position-sensitive average pooling over quantised bins (R-FCN) on the CPU.
 #include <custom_kernels/roi_common.h>
-#include <custom_kernels/torchvision_kernels.h>
+#include <lightweight_dispatch/torchvision_kernels.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/zeros.h>

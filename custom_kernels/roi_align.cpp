@@ -1,6 +1,6 @@
 // torchvision::roi_align: average of bilinear samples per bin (Mask R-CNN's RoIAlign) on the CPU.
 #include <custom_kernels/roi_common.h>
-#include <custom_kernels/torchvision_kernels.h>
+#include <lightweight_dispatch/torchvision_kernels.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/zeros.h>

@@ -1,15 +1,11 @@
 // lite_predictor: load a lite-interpreter model, bind its operators, run, compare, time, report.
+#include <lightweight_dispatch/kernel_table.h>
 #include <lightweight_dispatch/runtime.h>
+#include <lightweight_dispatch/values.h>
 #include <lite_predictor/cli_options.h>
 #include <lite_predictor/crash_guard.h>
-#include <lite_predictor/forward_arguments.h>
-#include <lite_predictor/kernel_table.h>
-#include <lite_predictor/model_file_check.h>
-#include <lite_predictor/op_binding.h>
 #include <lite_predictor/op_profile.h>
-#include <lite_predictor/output_check.h>
 #include <lite_predictor/run_report.h>
-#include <lite_predictor/tensor_io.h>
 
 #include <ATen/Parallel.h>
 

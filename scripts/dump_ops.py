@@ -61,7 +61,7 @@ class ExportedModel:
 
 def flatten_outputs(value: object) -> list[torch.Tensor]:
     """A model's outputs as a flat list of tensors, depth first; mirrors flatten_outputs in
-    lite_predictor/tensor_io.cpp. Tuples (named ones too) and lists in order, a dict's values in its order
+    runtime/tensor_io.cpp. Tuples (named ones too) and lists in order, a dict's values in its order
     (not its keys); ints, floats and bools become 0-dim int64, float64 and bool tensors, a string a 1-dim
     uint8 tensor of its UTF-8 bytes, None nothing."""
     if isinstance(value, torch.Tensor):

@@ -45,7 +45,7 @@ def test_generated_custom_kernel_calls_the_project_kernel_directly(tmp_path: Pat
     selection.write_text("- torchvision::roi_align\n- aten::add.Tensor\n")
     assert gen_unboxing.main(["--op-selection-yaml-path", str(selection), "--install-dir", str(tmp_path / "g")]) == 0
     code = "".join(p.read_text() for p in sorted((tmp_path / "g").glob("UnboxingShard_*.cpp")))
-    assert "#include <custom_kernels/torchvision_kernels.h>" in code
+    assert "#include <lightweight_dispatch/torchvision_kernels.h>" in code
     assert ("replace_arguments(stack, 7, lightweight_dispatch::custom::roi_align(input, rois, spatial_scale, "
             "pooled_height, pooled_width, sampling_ratio, aligned));") in code
     registration = (tmp_path / "g" / "CustomOpRegistration.cpp").read_text()

@@ -113,10 +113,10 @@ def add_loop_app(prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> Cons
 
 
 def test_the_package_holds_the_runtime_its_headers_and_the_generator(prefix: Path) -> None:
-    for path in ["lib/liblightweight_dispatch_runtime.a", "lib/liblightweight_dispatch_unboxing_helpers.a",
+    for path in ["lib/liblightweight_dispatch_runtime.a", "lib/liblightweight_dispatch_kernel_support.a",
                  "lib/libtorchvision_kernels.a", "include/lightweight_dispatch/runtime.h",
-                 "include/lite_predictor/kernel_table.h", "include/lite_predictor/unboxing_helpers.h",
-                 "include/lite_predictor/dispatcher_call.h", "include/custom_kernels/torchvision_kernels.h",
+                 "include/lightweight_dispatch/kernel_table.h", "include/lightweight_dispatch/unboxing_helpers.h",
+                 "include/lightweight_dispatch/dispatcher_call.h", "include/lightweight_dispatch/torchvision_kernels.h",
                  "share/lightweight_dispatch/tools/gen_unboxing.py", "share/lightweight_dispatch/custom_ops.yaml",
                  "share/lightweight_dispatch/quantized_ops.yaml", "share/lightweight_dispatch/cmake/codegen.cmake",
                  "lib/cmake/LightweightDispatch/LightweightDispatchConfigVersion.cmake"]:
@@ -231,7 +231,31 @@ def test_add_subdirectory_of_the_source_tree_gives_the_same_function_and_target(
     assert table_operators(build_dir / "app_kernels_generated") == {"aten::add.Tensor"}
     link = subprocess.run([NINJA, "-C", str(build_dir), "-t", "commands", "app"], capture_output=True, text=True,
                           check=True).stdout.splitlines()[-1]
-    for library in ["lightweight_dispatch/liblightweight_dispatch_runtime.a", "libapp_kernels.a",
-                    "lightweight_dispatch/liblightweight_dispatch_unboxing_helpers.a",
+    for library in ["lightweight_dispatch/runtime/liblightweight_dispatch_runtime.a", "libapp_kernels.a",
+                    "lightweight_dispatch/kernel_support/liblightweight_dispatch_kernel_support.a",
                     "lightweight_dispatch/custom_kernels/libtorchvision_kernels.a"]:
         assert library in link
+
+
+def installed_headers(prefix: Path) -> list[Path]:
+    return sorted((prefix / "include").rglob("*.h"))
+
+
+def test_the_package_installs_public_headers_only(prefix: Path) -> None:
+    # Every installed header is one of include/lightweight_dispatch/, and every one of those is installed.
+    public = sorted(p.relative_to(REPO_ROOT / "include") for p in (REPO_ROOT / "include").rglob("*.h"))
+    assert [p.relative_to(prefix / "include") for p in installed_headers(prefix)] == public
+
+
+@pytest.mark.parametrize("header", sorted(p.name for p in (REPO_ROOT / "include" / "lightweight_dispatch").glob("*.h")))
+def test_each_installed_header_compiles_alone(prefix: Path, header: str, tmp_path: Path) -> None:
+    # With only the installed include tree and LibTorch's headers on the path: nothing public includes an internal
+    # header of the source tree.
+    unit = tmp_path / "unit.cpp"
+    unit.write_text(f"#include <lightweight_dispatch/{header}>\n")
+    torch_include = Path(torch.__file__).parent / "include"
+    compiled = subprocess.run(
+        ["c++", "-std=c++17", "-fsyntax-only", f"-I{prefix / 'include'}", "-isystem", str(torch_include),
+         "-isystem", str(torch_include / "torch" / "csrc" / "api" / "include"), str(unit)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]

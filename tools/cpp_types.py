@@ -25,7 +25,7 @@ class UnboxedArgument:
 
 
 # Scalar-like schema types: the C++ value type and the expression, applied to the IValue, that produces it.
-# `to_*` are the out-of-line helpers in lite_predictor/unboxing_helpers.h; rarely used types keep
+# `to_*` are the out-of-line helpers in lightweight_dispatch/unboxing_helpers.h; rarely used types keep
 # IValue's own accessor.
 _BASE_UNBOXING: dict[BaseTy, tuple[str, str]] = {
     BaseTy.int: ("int64_t", "to_int({})"),
@@ -206,7 +206,7 @@ def quantized_check(t: Type, ivalue: str) -> str | None:
     """A C++ condition true when the tensor(s) argument `ivalue` holds include a quantized one; None for others.
 
     A plain tensor is checked inline (one dispatch-key-set test on the float path); optional tensors and
-    tensor lists go through the out-of-line helper (lite_predictor/unboxing_helpers.h).
+    tensor lists go through the out-of-line helper (lightweight_dispatch/unboxing_helpers.h).
     """
     if _is_base(t, BaseTy.Tensor):
         return f"{ivalue}.toTensor().is_quantized()"

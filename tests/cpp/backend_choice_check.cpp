@@ -6,7 +6,7 @@
 // dequantize_quantized) are not counted: only the outermost call is, the one the generated code made. Each
 // native op with a QuantizedCPU kernel is fed a quantized tensor and a float tensor, and must call exactly
 // the kernel of that backend.
-#include <lite_predictor/kernel_table.h>
+#include <lightweight_dispatch/kernel_table.h>
 
 #include <ATen/ops/cat_cpu_dispatch.h>
 #include <ATen/ops/cat_native.h>

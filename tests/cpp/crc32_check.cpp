@@ -1,7 +1,7 @@
 // The CRC-32 lite_predictor checks model archives with: the fast path (carry-less multiply, where the
 // CPU has it) against the table-driven one on every length up to 1100 bytes at every alignment, larger
 // buffers, and the standard check value. Prints "crc32_check: OK" or the first disagreement.
-#include <lite_predictor/crc32.h>
+#include <runtime/crc32.h>
 
 #include <cstdio>
 #include <cstring>

@@ -1,7 +1,7 @@
 // A C++-only check, no Python involved: the torchvision kernels, linked from static archives (no
 // whole-archive flags), are found and run both through the generated static-dispatch table and, after
 // the explicit registration call, through the c10 dispatcher.
-#include <lite_predictor/kernel_table.h>
+#include <lightweight_dispatch/kernel_table.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/tensor.h>

@@ -1,0 +1,113 @@
+#include <bind_time/background_preparation.h>
+
+#include <bind_time/folded_values.h>
+#include <bind_time/preparation_run.h>
+#include <runtime/op_binding.h>
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+#include <torch/csrc/jit/runtime/instruction.h>
+
+#include <chrono>
+#include <exception>
+
+namespace lightweight_dispatch {
+
+std::string why_a_preparation_run_would_show(
+    const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    const auto& code = function->get_code();
+    const std::string where = " (" + function->qualname().qualifiedName() + ")";
+    for (const auto& inst : code.instructions_) {
+      if (inst.op == torch::jit::GET_ATTR || inst.op == torch::jit::SET_ATTR) {
+        return "it reads or writes the module's attributes, state a second run could change" + where;
+      }
+      if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
+        continue;
+      }
+      const std::string op = op_display_name(code.op_names_[inst.X]);
+      const c10::FunctionSchema* schema = schema_of(op);
+      if (schema == nullptr) {
+        return "it calls " + op + ", whose schema is unknown" + where;
+      }
+      if (draws_random_numbers(*schema)) {
+        return "it calls " + op + ", which draws random numbers: a second run would move the generator" + where;
+      }
+      if (op == "prim::Print" || op == "aten::warn") {
+        return "it calls " + op + ": a second run would print again" + where;
+      }
+    }
+  }
+  return "";
+}
+
+BackgroundPreparer::BackgroundPreparer(MethodRun run) : run_(std::move(run)) {}
+
+BackgroundPreparer::~BackgroundPreparer() {
+  wait();
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+}
+
+void BackgroundPreparer::start(const std::string& method, const std::vector<c10::IValue>& inputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (status_.running) {
+    return;
+  }
+  if (worker_.joinable()) {
+    worker_.join(); // the last run has finished (it cleared `running`): only its thread's exit is left
+  }
+  // A copy the run may change in place without touching the caller's tensors.
+  std::vector<c10::IValue> copy;
+  copy.reserve(inputs.size());
+  for (const c10::IValue& input : inputs) {
+    copy.push_back(input.deepcopy());
+  }
+  status_.running = true;
+  running_.store(true, std::memory_order_release);
+  status_.runs += 1;
+  worker_ = std::thread([this, method, copy = std::move(copy)]() mutable {
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      at::init_num_threads(); // the intra-op thread count set for the process, not the runtime's default
+      const PreparationRunScope scope;
+      run_(method, std::move(copy));
+    } catch (const std::exception& e) {
+      error = e.what();
+      error = error.substr(0, error.find('\n'));
+    } catch (...) {
+      error = "an unknown exception";
+    }
+    finish(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+        std::move(error));
+  });
+}
+
+void BackgroundPreparer::finish(double ms, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_.running = false;
+    running_.store(false, std::memory_order_release);
+    status_.busy_ms += ms;
+    status_.error = std::move(error);
+  }
+  idle_.notify_all();
+}
+
+void BackgroundPreparer::wait() const {
+  if (!running_.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return !status_.running; });
+}
+
+BackgroundPreparationStatus BackgroundPreparer::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,552 @@
+#include <bind_time/call_site_specialization.h>
+
+#include <bind_time/onednn_partition.h>
+#include <bind_time/preparation_run.h>
+#include <runtime/op_binding.h>
+#include <runtime/tensor_tree.h>
+
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/max.h>
+#include <ATen/core/stack.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+
+#include <algorithm>
+#include <set>
+#include <atomic>
+#include <cmath>
+#include <chrono>
+#include <mutex>
+#include <sstream>
+
+namespace lightweight_dispatch {
+
+using StackOperation = std::function<void(torch::jit::Stack&)>; // an operator table entry
+
+namespace {
+
+// Shapes a site keeps a compiled partition for; a site called with more runs its generated kernels for them.
+constexpr size_t kMaxShapesPerSite = 4;
+
+// The check made once per shape: the partition against the generated kernels, on the first call's tensors.
+constexpr double kCheckRtol = 1e-5;
+constexpr double kCheckAtol = 1e-5;
+
+// A cheap call (fewer multiply-adds than this: ~0.3 ms of convolution here) is timed both ways before the compiled
+// kernel is kept: its fixed cost per call (~5 us) can outweigh what it saves.
+constexpr double kRaceBelowMacs = 8e6;
+constexpr int kRaceRounds = 3;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string short_name(const std::string& op) {
+  const auto colons = op.find("::");
+  return colons == std::string::npos ? op : op.substr(colons + 2);
+}
+
+// max |got - expected| <= atol + rtol * max |expected|, computed in `expected`'s own memory (it is discarded):
+// four passes and no new buffer, where at::allclose makes six passes and four result-sized temporaries, whose
+// fresh pages cost most of the check on a first run.
+bool agrees(const at::Tensor& got, at::Tensor& expected) {
+  const auto [low, high] = at::aminmax(expected);
+  const double scale = std::max(std::abs(low.item<double>()), std::abs(high.item<double>()));
+  const double worst = expected.sub_(got).abs_().max().item<double>();
+  return std::isfinite(worst) && worst <= kCheckAtol + kCheckRtol * scale;
+}
+
+struct TensorShape {
+  std::vector<int64_t> sizes, strides;
+  bool matches(const at::Tensor& t) const {
+    return t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides) &&
+           t.scalar_type() == at::kFloat && !t.is_mkldnn();
+  }
+  static TensorShape of(const at::Tensor& t) {
+    return {t.sizes().vec(), t.strides().vec()};
+  }
+};
+
+} // namespace
+
+// The layout a site gives its result.
+enum class ResultLayout {
+  ChannelsLast, // it only feeds other sites (or permutes, in a model with no operator that minds layouts)
+  Contiguous,   // it reaches other operators, and its input came channels_last from a site: the stock kernels
+                // would have had (and returned) a contiguous tensor
+  AsInput,      // it reaches other operators: as the kernels would lay it out from this input
+};
+
+namespace {
+
+const char* result_layout_name(ResultLayout layout) {
+  switch (layout) {
+    case ResultLayout::ChannelsLast:
+      return "channels_last";
+    case ResultLayout::Contiguous:
+      return "contiguous";
+    case ResultLayout::AsInput:
+      return "as its input";
+  }
+  return "?";
+}
+
+} // namespace
+
+// One site of a kernel's chain, with the generated operators its instructions were bound to.
+struct ChainLink {
+  WeightSite site;
+  StackOperation conv, post_op;
+};
+
+// The operator a specialised conv2d site (or chain of sites) is re-bound to: the call instruction of its last
+// conv2d. Its stack holds what that generated conv2d kernel would pop (the chain's input, passed through by the
+// earlier sites' instructions, and the last site's constants) and, for a fused add, the tensor added beneath.
+class SiteKernel {
+ public:
+  // `prepare_on_first_call`: a call meeting a new shape compiles for it; otherwise only a preparation run does
+  // (background_preparation.h), and other calls run the generated kernels until it has.
+  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call)
+      : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout),
+        prepare_on_first_call_(prepare_on_first_call) {
+    for (const ChainLink& link : chain_) {
+      chain_view_.push_back(&link.site);
+    }
+  }
+
+  void operator()(torch::jit::Stack& stack) const {
+    const c10::IValue& input_value = stack[stack.size() - call_arguments_];
+    const bool adds = chain_.back().site.post_op == PostOp::Add;
+    const c10::IValue* residual_value = adds ? &stack[stack.size() - call_arguments_ - 1] : nullptr;
+    if (!input_value.isTensor() || (adds && !residual_value->isTensor())) {
+      run_generated(stack);
+      return;
+    }
+    const at::Tensor& input = input_value.toTensor();
+    const at::Tensor* residual = adds ? &residual_value->toTensor() : nullptr;
+    if (const Prepared* prepared = find_prepared(input, residual)) {
+      run_prepared(*prepared, input, residual, stack);
+    } else if (prepare_on_first_call_ || in_preparation_run()) {
+      prepare_and_run(input, residual, stack);
+    } else {
+      note_unprepared_shape(); // a preparation run on this call's inputs will prepare it
+      run_generated(stack);
+    }
+  }
+
+  int64_t specialized_calls() const {
+    return specialized_calls_.load();
+  }
+  int64_t generated_calls() const {
+    return generated_calls_.load();
+  }
+  std::vector<std::string> notes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return notes_;
+  }
+  double prepare_ms() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return prepare_ms_;
+  }
+
+ private:
+  struct Prepared {
+    TensorShape input;
+    std::optional<TensorShape> residual;
+    std::unique_ptr<OnednnPartition> partition; // null: this shape runs the generated kernels
+    bool matches(const at::Tensor& in, const at::Tensor* res) const {
+      return input.matches(in) && (res == nullptr || (residual && residual->matches(*res)));
+    }
+  };
+
+  // A shape prepared already: its compiled partition, or the generated kernels.
+  void run_prepared(const Prepared& prepared, const at::Tensor& input, const at::Tensor* residual,
+      torch::jit::Stack& stack) const {
+    if (!prepared.partition) {
+      run_generated(stack);
+      return;
+    }
+    at::Tensor result = prepared.partition->run(input, residual);
+    torch::jit::drop(stack, call_arguments_ + (residual != nullptr ? 1 : 0));
+    torch::jit::push(stack, std::move(result));
+    if (!in_preparation_run()) { // the caller's calls only
+      specialized_calls_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // The generated kernels, as the sites would run without the stage.
+  void run_generated(torch::jit::Stack& stack) const {
+    if (!in_preparation_run()) { // the caller's calls only
+      generated_calls_.fetch_add(1, std::memory_order_relaxed);
+    }
+    run_generated_kernels(stack);
+  }
+
+  // Each site's generated conv2d and post-op in turn, on the chain's input: the same calls with the same
+  // constants as the sites' own instructions would make.
+  void run_generated_kernels(torch::jit::Stack& stack) const {
+    torch::jit::drop(stack, call_arguments_ - 1); // the last site's constants, pushed again below
+    for (const ChainLink& link : chain_) {
+      stack.insert(stack.end(), link.site.conv_arguments.begin(), link.site.conv_arguments.end());
+      link.conv(stack);
+      if (link.site.post_op != PostOp::None) {
+        stack.insert(stack.end(), link.site.post_op_arguments.begin(), link.site.post_op_arguments.end());
+        link.post_op(stack);
+      }
+    }
+    if (layout_ == ResultLayout::Contiguous && !stack.back().toTensor().is_contiguous()) {
+      stack.back() = stack.back().toTensor().contiguous(); // given a site's channels_last result
+    }
+  }
+
+  // What these tensors' shape was prepared with (a null partition: the generated kernels), or null if it was
+  // not prepared yet.
+  const Prepared* find_prepared(const at::Tensor& input, const at::Tensor* residual) const {
+    const Prepared* last = last_.load(std::memory_order_acquire);
+    if (last != nullptr && last->matches(input, residual)) {
+      return last;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return find_prepared_locked(input, residual);
+  }
+
+  const Prepared* find_prepared_locked(const at::Tensor& input, const at::Tensor* residual) const {
+    for (const auto& prepared : prepared_) {
+      if (prepared->matches(input, residual)) {
+        last_.store(prepared.get(), std::memory_order_release);
+        return prepared.get();
+      }
+    }
+    static const Prepared generated_only{};
+    return prepared_.size() >= kMaxShapesPerSite ? &generated_only : nullptr;
+  }
+
+  // The first call of a shape: compiles a partition for it, checks it against the generated kernels on these
+  // very tensors, keeps it if it agrees, and leaves the call's result on the stack.
+  void prepare_and_run(const at::Tensor& input, const at::Tensor* residual, torch::jit::Stack& stack) const {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (const Prepared* prepared = find_prepared_locked(input, residual)) { // another thread was first
+      lock.unlock();
+      run_prepared(*prepared, input, residual, stack);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto prepared = std::make_unique<Prepared>();
+    prepared->input = TensorShape::of(input);
+    if (residual != nullptr) {
+      prepared->residual = TensorShape::of(*residual);
+    }
+    // The generated kernels pop these from the stack: keep them for the check.
+    const at::Tensor input_kept = input;
+    const at::Tensor residual_kept = residual != nullptr ? *residual : at::Tensor();
+    const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
+    std::string why_not;
+    const c10::MemoryFormat format = layout_ == ResultLayout::ChannelsLast ? c10::MemoryFormat::ChannelsLast
+                                     : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
+                                                                           : input.suggest_memory_format();
+    at::Tensor got;
+    auto partition = OnednnPartition::compile(chain_view_, input_kept, residual_arg, format, got, why_not);
+    const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(call_arguments_ + (residual ? 1 : 0)),
+        stack.end());
+    run_generated(stack); // the reference, and the result if the partition is not kept
+    if (partition && multiply_adds(input_kept) < kRaceBelowMacs &&
+        !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
+      why_not = "the generated kernels were faster for this shape";
+      partition.reset();
+    }
+    if (partition) {
+      at::Tensor expected = stack.back().toTensor();
+      if (agrees(got, expected)) { // (agrees consumes `expected`)
+        stack.back() = std::move(got); // the layout later calls produce, so the next site prepares once
+        prepared->partition = std::move(partition);
+      } else {
+        why_not = "its result differed from the generated kernels' beyond 1e-5";
+        torch::jit::Stack again = arguments;
+        run_generated_kernels(again);
+        stack.back() = std::move(again.back());
+      }
+    }
+    if (!why_not.empty()) {
+      notes_.push_back(describe(input_kept) + ": " + why_not);
+    }
+    last_.store(prepared.get(), std::memory_order_release);
+    prepared_.push_back(std::move(prepared));
+    prepare_ms_ += ms_since(start);
+  }
+
+  // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
+  // the generated kernels, each timed over a few runs on this call's own tensors (the best run of each).
+  bool compiled_is_faster(const OnednnPartition& partition, const torch::jit::Stack& arguments,
+      const at::Tensor& input, const at::Tensor* residual) const {
+    double compiled = INFINITY, generated = INFINITY;
+    partition.run(input, residual); // oneDNN finishes preparing the weight on the run after compiling
+    for (int round = 0; round < kRaceRounds; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      partition.run(input, residual);
+      compiled = std::min(compiled, ms_since(start));
+      torch::jit::Stack stack = arguments;
+      start = std::chrono::steady_clock::now();
+      run_generated_kernels(stack);
+      generated = std::min(generated, ms_since(start));
+    }
+    return compiled < generated;
+  }
+
+  // The chain's multiply-adds for this input.
+  double multiply_adds(const at::Tensor& input) const {
+    double total = 0;
+    std::vector<int64_t> sizes = input.sizes().vec();
+    for (const ChainLink& link : chain_) {
+      sizes = site_output_sizes(link.site, sizes);
+      total += static_cast<double>(c10::multiply_integers(sizes)) *
+               static_cast<double>(link.site.weight.numel() / link.site.weight.size(0));
+    }
+    return total;
+  }
+
+  static std::string describe(const at::Tensor& t) {
+    std::ostringstream out;
+    out << "input " << t.sizes() << " strides " << t.strides() << " " << t.scalar_type();
+    return out.str();
+  }
+
+  std::vector<ChainLink> chain_;
+  SiteChain chain_view_; // into chain_
+  size_t call_arguments_; // what the call instruction gives: the input and the last site's constants
+  ResultLayout layout_;
+  bool prepare_on_first_call_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::unique_ptr<Prepared>> prepared_; // appended under the mutex, never removed
+  mutable std::atomic<const Prepared*> last_{nullptr};
+  mutable std::atomic<int64_t> specialized_calls_{0}, generated_calls_{0};
+  mutable std::vector<std::string> notes_;
+  mutable double prepare_ms_ = 0; // compiling and checking, over every shape
+};
+
+namespace {
+
+// Adds an operator table entry for one instruction (the table is shared by every call of an operator) and
+// points the instruction at it.
+void rebind_instruction(torch::jit::mobile::Code& code, size_t pc, StackOperation op) {
+  auto& inst = code.instructions_[pc];
+  code.op_names_.push_back(code.op_names_[inst.X]);
+  code.operator_input_sizes_.push_back(code.operator_input_sizes_[inst.X]);
+  code.operators_.push_back(std::move(op));
+  inst.X = static_cast<int>(code.operators_.size() - 1);
+}
+
+bool model_is_layout_sensitive(const torch::jit::mobile::Module& module) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    for (const auto& name : function->get_code().op_names_) {
+      if (is_layout_sensitive(op_display_name(name))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string runs_description(const std::vector<std::string>& fused) {
+  if (fused.size() == 1) {
+    return "static+onednn(" + short_name(fused[0]) + ")";
+  }
+  std::string names;
+  for (const std::string& op : fused) {
+    names += (names.empty() ? "" : ",") + short_name(op);
+  }
+  return "static+fused(" + names + ")";
+}
+
+// The first site's input is the chain's; the last site's result is its result.
+ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_t last, const SiteDataflow& flow,
+    bool model_minds_layout) {
+  if (sites[last].op == SiteOp::Linear) {
+    return ResultLayout::AsInput; // no channels to put last
+  }
+  if (flow.feeds_only_sites[last] || (flow.escapes_only_to_layout_free_ops[last] && !model_minds_layout)) {
+    return ResultLayout::ChannelsLast;
+  }
+  const int from = flow.input_from_site[first];
+  return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
+}
+
+// The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
+// depthwise conv joins it; every other site is a chain of its own.
+std::vector<std::vector<size_t>> chains_of(const std::vector<WeightSite>& sites, const SiteDataflow& flow) {
+  std::vector<std::vector<size_t>> chains;
+  std::vector<bool> taken(sites.size(), false);
+  for (size_t index = 0; index < sites.size(); ++index) {
+    if (taken[index]) {
+      continue;
+    }
+    const int next = flow.sole_consumer[index];
+    if (next >= 0 && !taken[next] && pointwise_feeds_depthwise(sites[index], sites[next])) {
+      chains.push_back({index, static_cast<size_t>(next)});
+      taken[next] = true;
+    } else {
+      chains.push_back({index});
+    }
+  }
+  return chains;
+}
+
+// An instruction whose operator the site's kernel runs elsewhere: it only drops the constants pushed for it
+// (the value beneath, a chain's input, stays for the kernel).
+void absorb_instruction(torch::jit::mobile::Code& code, size_t pc, size_t constants) {
+  rebind_instruction(code, pc, [constants](torch::jit::Stack& stack) { torch::jit::drop(stack, constants); });
+}
+
+
+// The number of values an operator pushes, from its schema.
+ReturnCount return_counts_from(const OperatorSchema& schema_of) {
+  return [&schema_of](const std::string& op) -> std::optional<size_t> {
+    const c10::FunctionSchema* schema = schema_of(op);
+    return schema ? std::optional<size_t>(schema->returns().size()) : std::nullopt;
+  };
+}
+
+// Re-binds every foldable call of `code` (none of `taken`) to a FoldedCall.
+void fold_calls(torch::jit::mobile::Code& code, const std::string& function, const OperatorSchema& schema_of,
+    const std::set<size_t>& taken, const std::shared_ptr<std::atomic<uint64_t>>& remembered_changes,
+    std::vector<Specialization::Folded>& folded) {
+  for (size_t pc : find_foldable_calls(code, schema_of, taken)) {
+    const auto& inst = code.instructions_[pc];
+    const std::string op = op_display_name(code.op_names_[inst.X]);
+    const c10::FunctionSchema* schema = schema_of(op);
+    const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
+    const size_t inputs = given < 0 ? schema->arguments().size() : static_cast<size_t>(given);
+    auto kernel = std::make_shared<FoldedCall>(code.operators_[inst.X], inputs, schema->returns().size(), remembered_changes);
+    rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+    folded.push_back({FoldedCallSite{function, pc, op, 0, 0}, std::move(kernel)});
+  }
+}
+
+} // namespace
+
+std::shared_ptr<Specialization> specialize_call_sites(
+    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call) {
+  auto result = std::make_shared<Specialization>();
+  const ReturnCount returns_of = return_counts_from(schema_of);
+  // A channels_last result may also go to a permute (an SSD head's permute-reshape is then a view, not a copy),
+  // unless the model calls an operator that minds layouts somewhere (what the permute's result reaches is not
+  // traced). Elsewhere a channels_last tensor can cost more than it saves (small elementwise ops run slower on it).
+  const bool model_minds_layout = model_is_layout_sensitive(module);
+  for (torch::jit::mobile::Function* function : functions_to_run(module)) {
+    auto& code = const_cast<torch::jit::mobile::Function*>(function)->get_code();
+    const std::string function_name = function->qualname().qualifiedName();
+    std::set<size_t> taken; // instructions the sites re-bind
+    std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
+    const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
+    for (const std::vector<size_t>& chain : chains_of(sites, flow)) {
+      const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
+      result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
+      Specialization::Site entry;
+      entry.report.function = function_name;
+      entry.report.instruction = sites[chain.front()].conv_instruction;
+      entry.report.result_layout = result_layout_name(layout);
+      std::vector<ChainLink> links;
+      for (size_t index : chain) {
+        WeightSite& site = sites[index];
+        ChainLink link;
+        link.conv = code.operators_[code.instructions_[site.conv_instruction].X];
+        entry.report.fused.push_back(site.op_name());
+        entry.report.fused_instructions.push_back(site.conv_instruction);
+        if (site.post_op != PostOp::None) {
+          link.post_op = code.operators_[code.instructions_[site.post_op_instruction].X];
+          entry.report.fused.push_back(site.post_op_operator);
+          entry.report.fused_instructions.push_back(site.post_op_instruction);
+          absorb_instruction(code, site.post_op_instruction, site.post_op_arguments.size());
+        }
+        if (index != chain.back()) { // an earlier site passes its input on to the last one's call
+          absorb_instruction(code, site.conv_instruction, site.conv_arguments.size());
+        }
+        link.site = std::move(site);
+        links.push_back(std::move(link));
+      }
+      entry.report.runs = runs_description(entry.report.fused);
+      taken.insert(entry.report.fused_instructions.begin(), entry.report.fused_instructions.end());
+      const size_t call_pc = links.back().site.conv_instruction;
+      entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call);
+      rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      result->sites_.push_back(std::move(entry));
+    }
+    fold_calls(code, function_name, schema_of, taken, result->remembered_changes_, result->folded_);
+  }
+  return result;
+}
+
+std::vector<FoldedCallSite> Specialization::folded_calls() const {
+  std::vector<FoldedCallSite> reports;
+  for (const Folded& folded : folded_) {
+    FoldedCallSite report = folded.report;
+    report.computed = folded.kernel->computed();
+    report.reused = folded.kernel->reused();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+bool Specialization::folds(const std::string& function, size_t instruction) const {
+  return std::any_of(folded_.begin(), folded_.end(), [&](const Folded& folded) {
+    return folded.report.instruction == instruction && folded.report.function == function;
+  });
+}
+
+c10::IValue Specialization::protect_folded(c10::IValue output) const {
+  if (folded_.empty()) {
+    return output;
+  }
+  std::lock_guard<std::mutex> lock(storages_mutex_);
+  const uint64_t version = remembered_changes_->load();
+  if (version != storages_version_) { // some call remembered new results since: gather them again
+    storages_.clear();
+    for (const Folded& folded : folded_) {
+      folded.kernel->remembered_storages(storages_);
+    }
+    storages_version_ = version;
+  }
+  return clone_sharing(std::move(output), storages_);
+}
+
+std::vector<SpecializedCallSite> Specialization::sites() const {
+  std::vector<SpecializedCallSite> reports;
+  for (const Site& site : sites_) {
+    SpecializedCallSite report = site.report;
+    report.specialized_calls = site.kernel->specialized_calls();
+    report.generated_calls = site.kernel->generated_calls();
+    report.notes = site.kernel->notes();
+    report.prepare_ms = site.kernel->prepare_ms();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+const std::string* Specialization::runs(const std::string& function, size_t instruction) const {
+  for (const Site& site : sites_) {
+    const auto& covered = site.report.fused_instructions;
+    if (site.report.function == function && std::find(covered.begin(), covered.end(), instruction) != covered.end()) {
+      return &site.report.runs;
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+bool is_channels_last_only(const at::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+} // namespace
+
+bool inputs_are_stock_layout(const std::vector<c10::IValue>& inputs) {
+  return std::none_of(inputs.begin(), inputs.end(),
+      [](const c10::IValue& input) { return input.isTensor() && is_channels_last_only(input.toTensor()); });
+}
+
+c10::IValue restore_stock_layout(c10::IValue output) {
+  return map_tensors(std::move(output),
+      [](const at::Tensor& t) { return is_channels_last_only(t) ? t.contiguous() : t; });
+}
+
+} // namespace lightweight_dispatch

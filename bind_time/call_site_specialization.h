@@ -1,0 +1,87 @@
+// The bind-time stage: after every call site is bound to its generated kernel, give the conv2d and linear sites
+// whose weights and parameters are constants a kernel compiled for them, with the operation that follows fused
+// in; a 1x1 conv whose result only feeds a depthwise conv shares that conv's kernel.
+//
+// A specialised site is prepared for each input shape it meets (oneDNN Graph compiles for a shape): on that
+// first call, or by a background run on a copy of that call's inputs (background_preparation.h), checked once
+// against the generated kernel on those tensors, and from then on runs the compiled partition; a
+// site oneDNN Graph does not take, or whose check fails, or that sees more shapes than it keeps, runs its
+// generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
+// safe. A result is channels_last, the layout oneDNN's kernels run fastest in, where that is free: when it only
+// ever feeds other sites (traced through the bytecode), or also permutes in a model that calls no operator
+// minding a tensor's layout (views, stride queries). Other results have the layout the generated kernels would
+// give them. Model gives what the model returns the stock layout (restore_stock_layout).
+#pragma once
+
+#include <bind_time/folded_values.h>
+#include <bind_time/weight_sites.h>
+#include <lightweight_dispatch/bind_time_report.h>
+
+#include <torch/csrc/jit/mobile/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+class SiteKernel;
+
+class Specialization {
+ public:
+  // What the stage re-bound: a site's kernel, a folded call's.
+  struct Site {
+    SpecializedCallSite report;
+    std::shared_ptr<SiteKernel> kernel;
+  };
+  struct Folded {
+    FoldedCallSite report;
+    std::shared_ptr<FoldedCall> kernel;
+  };
+
+  // Every re-bound site, with its counters now.
+  std::vector<SpecializedCallSite> sites() const;
+  // What the call site at `instruction` of `function` runs, or null if the stage left it alone.
+  const std::string* runs(const std::string& function, size_t instruction) const;
+  // Every folded call (folded_values.h), with its counters now; whether the call at `instruction` is one.
+  std::vector<FoldedCallSite> folded_calls() const;
+  bool folds(const std::string& function, size_t instruction) const;
+  // `output` with every tensor that shares memory with a folded call's remembered results cloned (its caller
+  // may write to it); `output` itself when nothing is folded.
+  c10::IValue protect_folded(c10::IValue output) const;
+  bool has_sites() const {
+    return !sites_.empty();
+  }
+  // Some channels_last result may reach what the model returns: Model restores the stock layout.
+  bool may_return_channels_last() const {
+    return returns_channels_last_;
+  }
+
+ private:
+  friend std::shared_ptr<Specialization> specialize_call_sites(
+      torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
+  std::vector<Site> sites_;
+  std::vector<Folded> folded_;
+  bool returns_channels_last_ = false;
+  // The folded calls' remembered storages, as of `remembered_changes_` = storages_version_.
+  std::shared_ptr<std::atomic<uint64_t>> remembered_changes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  mutable std::mutex storages_mutex_;
+  mutable std::set<const void*> storages_;
+  mutable uint64_t storages_version_ = ~uint64_t{0};
+};
+
+// Re-binds the module's specialisable call sites and folds what depends only on constants and input shapes
+// (bind_static must have run); `schema_of` gives each operator's schema, for tracing where values go. With
+// `prepare_on_first_call` a site's call meeting a new shape prepares it; without, only a preparation run does
+// (background_preparation.h). The re-bound operators hold their own state: the result only reports on them.
+std::shared_ptr<Specialization> specialize_call_sites(
+    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
+
+// Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
+// which the stock kernels, too, would return channels_last results).
+bool inputs_are_stock_layout(const std::vector<c10::IValue>& inputs);
+// Every 4-d tensor in `output` (through tuples, lists and dicts) that the stage left channels_last, made
+// contiguous as the stock kernels would have returned it.
+c10::IValue restore_stock_layout(c10::IValue output);
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,323 @@
+#include <bind_time/folded_values.h>
+
+#include <bind_time/preparation_run.h>
+#include <bind_time/symbolic_stack.h>
+#include <runtime/op_binding.h>
+#include <runtime/tensor_tree.h>
+
+#include <torch/csrc/jit/runtime/instruction.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+using torch::jit::Instruction;
+namespace opcode = torch::jit;
+
+// Operators that read only their input's shape.
+bool reads_only_shape(const std::string& op) {
+  return op == "aten::size" || op == "aten::size.int" || op == "aten::dim" || op == "aten::numel";
+}
+
+bool writes_argument(const c10::Argument& argument) {
+  return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
+}
+
+bool returns_tensors(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) {
+    return false;
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    const auto& type = result.type();
+    if (type->kind() != c10::TypeKind::TensorType &&
+        !(type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() == c10::TypeKind::TensorType)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool returns_alias(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The symbolic run. A value is an object (LOAD copies the reference, as the interpreter does): what is known
+// of each object is whether it is fixed and whether it may share memory with a fixed tensor.
+class FoldTracker {
+ public:
+  FoldTracker(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped)
+      : code_(code), schema_of_(schema_of), skipped_(skipped), values_(code.register_size_, kUnknown) {}
+
+  std::vector<size_t> run() && {
+    size_t pc = 0;
+    for (; pc < code_.instructions_.size() && !unsafe_; ++pc) {
+      if (!step(pc, code_.instructions_[pc])) {
+        break;
+      }
+    }
+    if (unsafe_ || !remainder_is_safe(pc)) {
+      return {};
+    }
+    return std::move(foldable_);
+  }
+
+ private:
+  struct Object {
+    bool fixed = false;
+    bool aliases_fixed = false; // may share memory with a fixed tensor (a view of one, a list holding one)
+  };
+  static constexpr int kUnknown = 0; // object 0: not fixed, shares nothing (the function's arguments)
+
+  int make(bool fixed, bool aliases_fixed) {
+    objects_.push_back({fixed, aliases_fixed});
+    return static_cast<int>(objects_.size() - 1);
+  }
+  Object& object(int id) {
+    return objects_[id];
+  }
+  bool touches_fixed(int id) {
+    return object(id).fixed || object(id).aliases_fixed;
+  }
+
+  bool step(size_t pc, const Instruction& inst) {
+    try {
+      if (values_.move_values(inst)) {
+        return true;
+      }
+      switch (inst.op) {
+        case opcode::OP:
+        case opcode::OPN:
+          return call(pc, inst);
+        case opcode::LOADC:
+          values_.push(make(true, false));
+          return true;
+        case opcode::LIST_CONSTRUCT:
+        case opcode::DICT_CONSTRUCT:
+          return construct(static_cast<size_t>(inst.N));
+        case opcode::TUPLE_CONSTRUCT:
+          return construct(static_cast<size_t>(inst.X));
+        case opcode::LIST_UNPACK: {
+          const int list = values_.pop();
+          for (int64_t i = 0; i < inst.X; ++i) {
+            values_.push(make(object(list).fixed, touches_fixed(list)));
+          }
+          return true;
+        }
+        default:
+          return false; // jumps, calls, attributes, ...: the trace stops here
+      }
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  }
+
+  // A new container of the popped values (a fresh one each run).
+  bool construct(size_t n) {
+    bool fixed = true, aliases = false;
+    for (int value : values_.pop(n)) {
+      fixed = fixed && object(value).fixed;
+      aliases = aliases || touches_fixed(value);
+    }
+    values_.push(make(fixed, aliases));
+    return true;
+  }
+
+  bool call(size_t pc, const Instruction& inst) {
+    const std::string name = op_display_name(code_.op_names_[inst.X]);
+    const c10::FunctionSchema* schema = schema_of_(name);
+    if (schema == nullptr) {
+      return false;
+    }
+    int given = inst.op == opcode::OPN ? static_cast<int>(inst.N) : code_.operator_input_sizes_[inst.X];
+    if (given < 0) {
+      given = static_cast<int>(schema->arguments().size());
+    }
+    const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
+    const bool appends = name == "aten::append.t";
+    bool writes = false, all_fixed = true, any_touches = false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool written = i < schema->arguments().size() && writes_argument(schema->arguments()[i]);
+      if (written && !(appends && i == 0) && touches_fixed(inputs[i])) {
+        unsafe_ = true; // the fixed data would change under its remembered copies
+      }
+      writes = writes || written;
+      all_fixed = all_fixed && object(inputs[i]).fixed;
+      any_touches = any_touches || touches_fixed(inputs[i]);
+    }
+    if (appends && inputs.size() == 2) { // the list now holds the element
+      Object& list = object(inputs[0]);
+      list.fixed = list.fixed && object(inputs[1]).fixed;
+      list.aliases_fixed = list.aliases_fixed || touches_fixed(inputs[1]);
+    }
+    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && !draws_random_numbers(*schema));
+    if (fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0) {
+      foldable_.push_back(pc);
+    }
+    const bool aliases = !fixed && any_touches && (returns_alias(*schema) || appends);
+    for (size_t i = 0; i < schema->returns().size(); ++i) {
+      values_.push(appends ? inputs[0] : make(fixed, aliases));
+    }
+    return true;
+  }
+
+  // Past the traced part nothing is followed: nothing there may write a tensor or call a function.
+  bool remainder_is_safe(size_t from) const {
+    for (size_t pc = from; pc < code_.instructions_.size(); ++pc) {
+      const Instruction& inst = code_.instructions_[pc];
+      if (inst.op == opcode::CALL || inst.op == opcode::INTERFACE_CALL || inst.op == opcode::SET_ATTR) {
+        return false;
+      }
+      if (inst.op != opcode::OP && inst.op != opcode::OPN) {
+        continue;
+      }
+      const c10::FunctionSchema* schema = schema_of_(op_display_name(code_.op_names_[inst.X]));
+      if (schema == nullptr) {
+        return false;
+      }
+      for (const c10::Argument& argument : schema->arguments()) {
+        if (writes_argument(argument) && argument.type()->kind() != c10::TypeKind::ListType &&
+            argument.type()->kind() != c10::TypeKind::DictType) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  const torch::jit::mobile::Code& code_;
+  const OperatorSchema& schema_of_;
+  const std::set<size_t>& skipped_;
+  std::vector<Object> objects_{Object{}};
+  SymbolicStack values_; // each value: an object of objects_
+  std::vector<size_t> foldable_;
+  bool unsafe_ = false;
+};
+
+bool same_argument(const c10::IValue& a, const c10::IValue& b);
+
+bool same_elements(c10::ArrayRef<c10::IValue> x, c10::ArrayRef<c10::IValue> y) {
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), same_argument);
+}
+
+// Whether two arguments are the same for a folded call: numbers and lists by value, tensors by identity (fixed
+// tensors are constants or remembered results, never written).
+bool same_argument(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isTensor() || b.isTensor()) {
+    return a.isTensor() && b.isTensor() && a.toTensor().unsafeGetTensorImpl() == b.toTensor().unsafeGetTensorImpl();
+  }
+  if (a.isInt() && b.isInt()) {
+    return a.toInt() == b.toInt();
+  }
+  if (a.isDouble() && b.isDouble()) {
+    const double x = a.toDouble(), y = b.toDouble();
+    return std::memcmp(&x, &y, sizeof x) == 0; // -0.0 is not 0.0 here
+  }
+  if (a.isBool() && b.isBool()) {
+    return a.toBool() == b.toBool();
+  }
+  if (a.isNone() && b.isNone()) {
+    return true;
+  }
+  if (a.isString() && b.isString()) {
+    return a.toStringRef() == b.toStringRef();
+  }
+  if (a.isList() && b.isList()) {
+    return same_elements(a.toListRef(), b.toListRef());
+  }
+  if (a.isTuple() && b.isTuple()) {
+    return same_elements(a.toTupleRef().elements(), b.toTupleRef().elements());
+  }
+  return false; // anything else (devices, dtypes as ints are ints): computed again
+}
+
+void collect_storages(const c10::IValue& value, std::set<const void*>& storages) {
+  for_each_tensor(value, [&](const at::Tensor& t) {
+    if (t.defined() && t.has_storage()) {
+      storages.insert(t.storage().unsafeGetStorageImpl());
+    }
+  });
+}
+
+} // namespace
+
+bool draws_random_numbers(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.type()->str().find("Generator") != std::string::npos) {
+      return true;
+    }
+  }
+  return schema.name().find("dropout") != std::string::npos;
+}
+
+std::vector<size_t> find_foldable_calls(
+    const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped) {
+  return FoldTracker(code, schema_of, skipped).run();
+}
+
+void FoldedCall::operator()(torch::jit::Stack& stack) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (remembered_ && same_inputs_locked(stack)) {
+      torch::jit::drop(stack, inputs_);
+      stack.insert(stack.end(), last_outputs_.begin(), last_outputs_.end());
+      reused_ += in_preparation_run() ? 0 : 1; // the caller's calls only
+
+      return;
+    }
+  }
+  std::vector<c10::IValue> inputs(stack.end() - static_cast<std::ptrdiff_t>(inputs_), stack.end());
+  op_(stack);
+  std::vector<c10::IValue> outputs(stack.end() - static_cast<std::ptrdiff_t>(outputs_), stack.end());
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_inputs_ = std::move(inputs);
+  last_outputs_ = std::move(outputs);
+  remembered_ = true;
+  computed_ += in_preparation_run() ? 0 : 1;
+  remembered_changes_->fetch_add(1); // under the lock: a run handed these results sees the change after it
+}
+
+bool FoldedCall::same_inputs_locked(const torch::jit::Stack& stack) const {
+  const size_t base = stack.size() - inputs_;
+  for (size_t i = 0; i < inputs_; ++i) {
+    if (!same_argument(stack[base + i], last_inputs_[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t FoldedCall::computed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return computed_;
+}
+
+int64_t FoldedCall::reused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reused_;
+}
+
+void FoldedCall::remembered_storages(std::set<const void*>& storages) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const c10::IValue& output : last_outputs_) {
+    collect_storages(output, storages);
+  }
+}
+
+c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages) {
+  return map_tensors(std::move(value), [&](const at::Tensor& t) {
+    const bool shares = t.defined() && t.has_storage() && storages.count(t.storage().unsafeGetStorageImpl()) != 0;
+    return shares ? t.clone() : t;
+  });
+}
+
+} // namespace lightweight_dispatch

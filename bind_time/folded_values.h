@@ -1,0 +1,72 @@
+// Calls whose results depend only on constants and input shapes (an SSD head's anchors: aranges over the feature
+// maps' sizes, scaled, stacked, concatenated), computed once per input shape instead of on every run.
+//
+// A symbolic run of a function's bytecode (up to its first jump or call) marks every value as fixed (a constant,
+// a size, dim or numel of any tensor, or the result of a deterministic operator of fixed values) or not. Each call
+// of an operator that returns tensors from fixed values only is re-bound to a kernel that remembers its last inputs
+// and results: called with the same inputs again (numbers and lists by value, tensors by identity, which holds
+// because fixed tensors are constants or such remembered results), it pushes the remembered results; otherwise it
+// calls the operator. The remembered tensors are handed out again, so nothing may write to them: a function that
+// writes (an in-place or out= operator) to a fixed tensor or anything that may share its memory, or that makes
+// any tensor write or call another function past the traced part, folds nothing; what a run returns is cloned
+// where it shares memory with a remembered tensor (FoldedCalls::protect), so callers may do as they like with it.
+#pragma once
+
+#include <runtime/op_binding.h>
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
+#include <torch/csrc/jit/mobile/code.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+// Whether an operator's result is not a function of its arguments alone: it takes a Generator (random numbers)
+// or is a dropout.
+bool draws_random_numbers(const c10::FunctionSchema& schema);
+
+// The OP instructions of `code` that can be folded (none if the function cannot be proven safe); `skipped`:
+// instructions another part of the stage re-binds.
+std::vector<size_t> find_foldable_calls(
+    const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped);
+
+// The kernel a folded call is re-bound to.
+class FoldedCall {
+ public:
+  // `remembered_changes` counts, for all of a model's folded calls, the times one remembered new results.
+  FoldedCall(std::function<void(torch::jit::Stack&)> op, size_t inputs, size_t outputs,
+      std::shared_ptr<std::atomic<uint64_t>> remembered_changes)
+      : op_(std::move(op)), inputs_(inputs), outputs_(outputs), remembered_changes_(std::move(remembered_changes)) {}
+
+  void operator()(torch::jit::Stack& stack) const;
+
+  // The caller's calls (a background preparation run's are not counted) that ran the operator, and that
+  // reused the remembered results.
+  int64_t computed() const;
+  int64_t reused() const;
+  // The storages of the tensors it remembers now.
+  void remembered_storages(std::set<const void*>& storages) const;
+
+ private:
+  bool same_inputs_locked(const torch::jit::Stack& stack) const;
+
+  std::function<void(torch::jit::Stack&)> op_;
+  size_t inputs_, outputs_;
+  std::shared_ptr<std::atomic<uint64_t>> remembered_changes_;
+  mutable std::mutex mutex_;
+  mutable std::vector<c10::IValue> last_inputs_, last_outputs_; // empty until the first call
+  mutable bool remembered_ = false;
+  mutable int64_t computed_ = 0, reused_ = 0;
+};
+
+// `value` with every tensor (through tuples, lists and dicts) that shares memory with one of `storages` cloned.
+c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages);
+
+} // namespace lightweight_dispatch

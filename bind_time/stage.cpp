@@ -1,0 +1,86 @@
+#include <bind_time/stage.h>
+
+#include <bind_time/background_preparation.h>
+#include <bind_time/call_site_specialization.h>
+#include <bind_time/preparation_run.h>
+
+#include <c10/core/InferenceMode.h>
+
+namespace lightweight_dispatch {
+
+std::unique_ptr<Stage> Stage::offer(
+    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, Preparation preparation, MethodRun run) {
+  std::unique_ptr<Stage> stage(new Stage());
+  stage->run_ = std::move(run);
+  bool background = preparation == Preparation::Background;
+  if (background) {
+    stage->first_call_because_ = why_a_preparation_run_would_show(module, schema_of);
+    background = stage->first_call_because_.empty();
+  }
+  stage->specialization_ = specialize_call_sites(module, schema_of, !background);
+  if (!stage->specialization_->has_sites()) {
+    stage->first_call_because_.clear(); // nothing to prepare either way
+  }
+  if (background && stage->specialization_->has_sites()) {
+    stage->preparer_ = std::make_unique<BackgroundPreparer>(
+        [run = stage->run_](const std::string& method, std::vector<c10::IValue> inputs) {
+          c10::InferenceMode inference_mode;
+          run(method, std::move(inputs));
+        });
+  }
+  return stage;
+}
+
+Stage::~Stage() {
+  preparer_.reset(); // its run uses the module and the re-bound kernels
+}
+
+c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inputs) const {
+  const bool restore = specialization_->may_return_channels_last() && inputs_are_stock_layout(inputs);
+  c10::IValue output;
+  if (!preparer_) {
+    output = run_(method, std::move(inputs));
+  } else {
+    take_unprepared_shape(); // only this run's
+    const std::vector<c10::IValue> given = inputs; // the values, shared: copied only if a run starts
+    output = run_(method, std::move(inputs));
+    if (take_unprepared_shape()) {
+      preparer_->start(method, given);
+    }
+  }
+  output = specialization_->protect_folded(std::move(output));
+  return restore ? restore_stock_layout(std::move(output)) : output;
+}
+
+std::optional<std::string> Stage::runs(
+    const std::string& function, size_t instruction, const std::string& bound_path) const {
+  if (const std::string* specialized = specialization_->runs(function, instruction)) {
+    return *specialized;
+  }
+  if (specialization_->folds(function, instruction)) {
+    return bound_path + "+folded";
+  }
+  return std::nullopt;
+}
+
+std::vector<SpecializedCallSite> Stage::sites() const {
+  return specialization_->sites();
+}
+
+std::vector<FoldedCallSite> Stage::folded_calls() const {
+  return specialization_->folded_calls();
+}
+
+void Stage::wait_for_kernels() const {
+  if (preparer_) {
+    preparer_->wait();
+  }
+}
+
+BackgroundPreparationStatus Stage::background_preparation() const {
+  BackgroundPreparationStatus status = preparer_ ? preparer_->status() : BackgroundPreparationStatus{};
+  status.first_call_because = first_call_because_;
+  return status;
+}
+
+} // namespace lightweight_dispatch

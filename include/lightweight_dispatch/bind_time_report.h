@@ -1,0 +1,63 @@
+// What the bind-time stage reports, and when it prepares its kernels: the types runtime.h's Model and
+// LoadOptions use for it, in a header of their own so that the stage (bind_time/) needs no more of the API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+// When the bind-time stage (LoadOptions::specialize) compiles and checks a site's kernel for a new input shape.
+enum class Preparation {
+  // Off the caller's thread: a call meeting a new shape runs the site's generated kernels, and when it returns
+  // the model runs once more on a thread of its own, on a copy of that call's inputs, to compile and check every
+  // site (Model::wait_for_kernels waits for it). The first calls are as fast as without the stage and return the
+  // stock kernels' results; calls after a site's kernel is ready get the compiled kernel's (within 1e-5).
+  Background,
+  // On the call that meets the shape: that call is slower (MobileNetV2's first run ~6x), and every call's result,
+  // the first included, comes from the compiled kernels.
+  FirstCall,
+};
+
+// A call site the bind-time stage re-bound (LoadOptions::specialize), and what it has done so far.
+struct SpecializedCallSite {
+  std::string function;
+  size_t instruction = 0;         // the (first) conv2d or linear OP instruction
+  // The operators its kernel runs, in order: {"aten::conv2d", "aten::hardtanh_"}, or a 1x1 conv and the depthwise
+  // conv it feeds, each with its activation. The kernel runs at the last conv2d's instruction; the others now
+  // only drop the constants pushed for them.
+  std::vector<std::string> fused;
+  std::vector<size_t> fused_instructions; // fused[i]'s OP instruction
+  std::string runs;               // as in CallSite::runs
+  // "channels_last" (the result only feeds other specialised sites), "contiguous" or "as its input" (what the
+  // generated kernels would give the operators and callers that see it)
+  std::string result_layout;
+  int64_t specialized_calls = 0;  // calls served by the compiled kernel
+  int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
+  std::vector<std::string> notes; // why a shape keeps the generated kernels
+  double prepare_ms = 0;          // compiling and checking its kernels, on first calls (part of those runs)
+};
+
+// A call the bind-time stage folded: its result depends only on constants and input shapes (an SSD head's
+// anchors), so it is computed once per input shape and remembered.
+struct FoldedCallSite {
+  std::string function;
+  size_t instruction = 0; // its OP instruction
+  std::string op;         // "aten::arange"
+  int64_t computed = 0;   // calls that ran the operator (the first, and each new input)
+  int64_t reused = 0;     // calls served by the remembered result
+};
+
+// Preparation::Background's runs (Model::background_preparation).
+struct BackgroundPreparationStatus {
+  int runs = 0;         // started so far: one after each call that met a shape some site had no kernel for
+  bool running = false; // one runs now
+  double busy_ms = 0;   // their time in all, on their own thread
+  std::string error;    // the last run's failure ("" if none): its sites keep their generated kernels
+  // Preparation::Background was asked for but this model prepares on first calls, because a second run could be
+  // seen (it has attributes a run may change, or draws random numbers, or prints): why. "" otherwise.
+  std::string first_call_because;
+};
+
+} // namespace lightweight_dispatch

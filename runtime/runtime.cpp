@@ -1,0 +1,347 @@
+// The public API (include/lightweight_dispatch/runtime.h) over the runtime's stages: file checks, LibTorch's
+// loader, tensor checks, static binding, the bytecode check and interpreter. lite_predictor and the
+// benchmarks use it too, so every message here is the one lite_predictor prints.
+#include <lightweight_dispatch/runtime.h>
+
+#include <bind_time/stage.h>
+#include <runtime/allocator_settings.h>
+#include <runtime/bytecode_interpreter.h>
+#include <runtime/model_file_check.h>
+#include <runtime/model_integrity.h>
+#include <runtime/op_binding.h>
+#include <runtime/quantized_engine.h>
+
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+#include <torch/csrc/jit/mobile/import.h>
+#include <torch/csrc/jit/mobile/module.h>
+#include <torch/csrc/jit/mobile/parse_operators.h>
+#include <torch/csrc/jit/runtime/instruction.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <chrono>
+#include <map>
+#include <unordered_map>
+#include <mutex>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, LoadTimings& timings) {
+  auto start = Clock::now();
+  try {
+    check_model_file(path);
+  } catch (const ModelFileError& e) {
+    throw ModelLoadError(printable_first_line(e.what()));
+  }
+  timings.file_check_ms = ms_since(start);
+  start = Clock::now();
+  // Static dispatch loads without the stock operator check: binding checks every op itself and names all
+  // the missing ones at once, including ops only this build provides.
+  const uint64_t options = dispatch == Dispatch::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
+  try {
+    torch::jit::ExtraFilesMap extra_files;
+    auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    check_loaded_tensors(module);
+    timings.libtorch_load_ms = ms_since(start);
+    return module;
+  } catch (const ModelIntegrityError& e) {
+    throw ModelLoadError(path + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw ModelLoadError(path + ": cannot load as a lite-interpreter model: " + printable_first_line(e.what()));
+  }
+}
+
+std::vector<OperatorUse> as_operator_uses(const BindingReport& report) {
+  std::vector<OperatorUse> uses;
+  for (const OpUse& op : report.ops) {
+    uses.push_back({op.name, op_path_name(op.path), op.reason});
+  }
+  return uses;
+}
+
+RunError failed_while_running(const std::exception& e) {
+  return RunError(
+      "the model failed while running (check the inputs' count, shapes and dtypes): " + printable_first_line(e.what()));
+}
+
+// The lightweight interpreter runs bytecode without per-instruction checks, so a call with the wrong number
+// of arguments would read past the stack: refuse it first (when the bytecode carries the method's schema).
+void check_argument_count(const torch::jit::mobile::Method& method, const std::vector<c10::IValue>& inputs) {
+  const auto& function = method.function();
+  if (!function.hasSchema()) {
+    return;
+  }
+  const size_t expected = function.getSchema().arguments().size() - 1; // after self
+  if (inputs.size() != expected) {
+    throw InputError(
+        "the model's " + method.name() + " takes " + std::to_string(expected) + " argument(s) after self, got " +
+        std::to_string(inputs.size()) + " (load_inputs completes an inputs file with the defaults): " +
+        forward_signature(function.getSchema()));
+  }
+}
+
+// An operator's schema: its generated kernel's, or the JIT registry's for the operators the interpreter
+// implements itself.
+std::optional<c10::FunctionSchema> operator_schema(const std::string& op, const KernelIndex& index) {
+  if (const GeneratedKernel* kernel = index.find(op)) {
+    return parse_kernel_schema(*kernel);
+  }
+  const auto dot = op.find('.');
+  const c10::OperatorName name(op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1));
+  if (const auto found = torch::jit::findOperatorFor(name)) {
+    return found->schema();
+  }
+  return std::nullopt;
+}
+
+Interpreter interpreter_of(const LoadOptions& options) {
+  return options.interpreter.value_or(options.dispatch == Dispatch::Static ? Interpreter::Lightweight : Interpreter::Stock);
+}
+
+} // namespace
+
+struct Model::Impl {
+  // Constructed from the caller's options: a default LoadOptions here would call KernelLibrary::linked() in
+  // the library and tie it to one generated kernel library.
+  Impl(std::string model_path, LoadOptions load_options)
+      : path(std::move(model_path)), options(std::move(load_options)) {}
+  ~Impl() {
+    stage.reset(); // its background preparation run uses everything below
+  }
+
+  std::string path;
+  LoadOptions options;
+  LoadTimings timings;
+  torch::jit::mobile::Module module;
+  std::vector<OperatorUse> operators;
+  std::unique_ptr<Stage> stage; // static dispatch with LoadOptions::specialize
+  // Lightweight interpreter: one per method, prepared (bytecode checked) on first use under the mutex;
+  // forward's at load. Read-only once prepared, so runs need no lock.
+  mutable std::mutex interpreters_mutex;
+  mutable std::map<std::string, std::unique_ptr<BytecodeInterpreter>> interpreters;
+  const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
+  std::optional<torch::jit::mobile::Method> forward_method;
+
+  // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
+  c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
+    if (method == "forward" && forward_interpreter != nullptr) {
+      return forward_interpreter->run(std::move(inputs));
+    }
+    return interpreter_of(options) == Interpreter::Lightweight ? interpreter_for(method).run(std::move(inputs))
+                                                               : module.get_method(method)(std::move(inputs));
+  }
+
+  // A run of `method` by the caller: through the bind-time stage, when there is one.
+  c10::IValue run_for_caller(const std::string& method, std::vector<c10::IValue> inputs) const {
+    return stage ? stage->serve(method, std::move(inputs)) : run(method, std::move(inputs));
+  }
+
+  const BytecodeInterpreter& interpreter_for(const std::string& method) const {
+    std::lock_guard<std::mutex> lock(interpreters_mutex);
+    auto found = interpreters.find(method);
+    if (found == interpreters.end()) {
+      found = interpreters.emplace(method, std::make_unique<BytecodeInterpreter>(module, method)).first;
+    }
+    return *found->second;
+  }
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& path, const LoadOptions& options) {
+  if (options.keep_large_allocations_in_heap) {
+    lightweight_dispatch::keep_large_allocations_in_heap();
+  }
+  if (options.quantized_engine) {
+    try {
+      set_quantized_engine(*options.quantized_engine);
+    } catch (const QuantizedEngineError& e) {
+      throw OptionError(e.what());
+    }
+  }
+  if (options.dispatch == Dispatch::Dynamic && options.kernels.register_with_dispatcher) {
+    // The stock interpreter resolves operators through the dispatcher, which must know the project's own.
+    options.kernels.register_with_dispatcher();
+  }
+  auto impl = std::make_unique<Impl>(path, options);
+  impl->module = load_module(path, options.dispatch, impl->timings);
+  auto start = Clock::now();
+  if (options.dispatch == Dispatch::Static) {
+    const KernelIndex index(options.kernels.kernels);
+    try {
+      impl->operators = as_operator_uses(bind_static(impl->module, index));
+    } catch (const BindingError& e) {
+      throw MissingOperatorsError(path + ": " + e.what(), e.ops());
+    }
+    impl->timings.bind_ms = ms_since(start);
+    start = Clock::now();
+    if (options.specialize) {
+      std::unordered_map<std::string, std::optional<c10::FunctionSchema>> schemas; // one parse per operator
+      const OperatorSchema schema_of = [&](const std::string& op) -> const c10::FunctionSchema* {
+        auto found = schemas.find(op);
+        if (found == schemas.end()) {
+          found = schemas.emplace(op, operator_schema(op, index)).first;
+        }
+        return found->second ? &*found->second : nullptr;
+      };
+      impl->stage = Stage::offer(impl->module, schema_of, options.preparation,
+          [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
+            return model->run(method, std::move(inputs));
+          });
+    }
+    impl->timings.specialize_ms = ms_since(start);
+  } else {
+    impl->operators = as_operator_uses(describe_dynamic(impl->module));
+    impl->timings.bind_ms = ms_since(start);
+  }
+  start = Clock::now();
+  if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
+    try {
+      impl->forward_interpreter = &impl->interpreter_for("forward");
+      impl->forward_method = impl->module.find_method("forward");
+    } catch (const BytecodeError& e) {
+      throw ModelLoadError(path + ": " + printable_first_line(e.what()));
+    }
+  }
+  impl->timings.prepare_ms = ms_since(start);
+  return Model(std::move(impl));
+}
+
+c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
+  if (impl_->forward_interpreter != nullptr) {
+    check_argument_count(*impl_->forward_method, inputs);
+    c10::InferenceMode inference_mode;
+    try {
+      return impl_->run_for_caller("forward", std::move(inputs));
+    } catch (const std::exception& e) {
+      throw failed_while_running(e);
+    }
+  }
+  return run_method("forward", std::move(inputs));
+}
+
+c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue> inputs) const {
+  const auto found = impl_->module.find_method(method);
+  if (!found) {
+    throw RunError(impl_->path + ": the model has no method '" + method + "'");
+  }
+  check_argument_count(*found, inputs);
+  // Inference, as a deployed model runs and as reference outputs are computed (under no_grad): grad mode
+  // also picks other paths in some ops (transformer layers' fused inference).
+  c10::InferenceMode inference_mode;
+  try {
+    return impl_->run_for_caller(method, std::move(inputs));
+  } catch (const BytecodeError& e) {
+    throw ModelLoadError(impl_->path + ": " + printable_first_line(e.what()));
+  } catch (const std::exception& e) {
+    throw failed_while_running(e);
+  }
+}
+
+std::vector<std::string> Model::method_names() const {
+  std::vector<std::string> names;
+  for (const auto& method : impl_->module.get_methods()) {
+    names.push_back(method.name());
+  }
+  return names;
+}
+
+const c10::FunctionSchema* Model::method_schema(const std::string& method) const {
+  const auto found = impl_->module.find_method(method);
+  if (!found || !found->function().hasSchema()) {
+    return nullptr;
+  }
+  return &found->function().getSchema();
+}
+
+const std::vector<OperatorUse>& Model::operators() const {
+  return impl_->operators;
+}
+
+std::vector<CallSite> Model::call_sites() const {
+  std::map<std::string, const OperatorUse*> by_name;
+  for (const OperatorUse& op : impl_->operators) {
+    by_name.emplace(op.name, &op);
+  }
+  std::vector<CallSite> sites;
+  for (const torch::jit::mobile::Function* function : functions_to_run(impl_->module)) {
+    const auto& code = function->get_code();
+    const std::string function_name = function->qualname().qualifiedName();
+    for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+      const auto& inst = code.instructions_[pc];
+      if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
+        continue;
+      }
+      const auto found = by_name.find(op_display_name(code.op_names_[inst.X]));
+      if (found == by_name.end()) {
+        continue;
+      }
+      const std::string& bound = found->second->path;
+      const std::optional<std::string> rewritten = impl_->stage ? impl_->stage->runs(function_name, pc, bound) : std::nullopt;
+      sites.push_back({function_name, pc, *found->second, rewritten.value_or(bound)});
+    }
+  }
+  return sites;
+}
+
+std::vector<SpecializedCallSite> Model::specialized_sites() const {
+  return impl_->stage ? impl_->stage->sites() : std::vector<SpecializedCallSite>{};
+}
+
+std::vector<FoldedCallSite> Model::folded_calls() const {
+  return impl_->stage ? impl_->stage->folded_calls() : std::vector<FoldedCallSite>{};
+}
+
+void Model::wait_for_kernels() const {
+  if (impl_->stage) {
+    impl_->stage->wait_for_kernels();
+  }
+}
+
+BackgroundPreparationStatus Model::background_preparation() const {
+  return impl_->stage ? impl_->stage->background_preparation() : BackgroundPreparationStatus{};
+}
+
+const std::string& Model::path() const {
+  return impl_->path;
+}
+
+const LoadOptions& Model::options() const {
+  return impl_->options;
+}
+
+const LoadTimings& Model::load_timings() const {
+  return impl_->timings;
+}
+
+std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model, const std::string& method) {
+  std::vector<c10::IValue> given;
+  try {
+    given = load_argument_list(path);
+  } catch (const TensorFileError& e) {
+    throw InputError(printable_first_line(e.what()));
+  }
+  const c10::FunctionSchema* schema = model.method_schema(method);
+  if (schema == nullptr) {
+    return given; // bytecode without a schema: nothing to check the values against
+  }
+  try {
+    return bind_arguments(*schema, given);
+  } catch (const ArgumentError& e) {
+    throw InputError(path + ": " + e.what());
+  }
+}
+
+} // namespace lightweight_dispatch
