@@ -185,17 +185,20 @@ endfunction()
 
 # lightweight_dispatch_select_ops(TARGET name MODELS path... [OPS_YAML yaml] OUTPUT yaml)
 #
-# A build step (the target <name>_select_ops) that writes OUTPUT, the ops yaml of the models' operators (and OPS_YAML's), with
-# tools/ops_from_models.py: the same content as scripts/dump_ops.py --model-file ... writes. It re-runs when
-# a model file, OPS_YAML or the tool changes, and rewrites OUTPUT only when its content changes: with Ninja's
-# restat (a BYPRODUCT), an unchanged op set re-runs no codegen. A file the tool cannot read fails the build
-# with its message.
+# A build step (the target <name>_select_ops) that writes OUTPUT, the ops yaml of the models' operators and
+# OPS_YAML's, with tools/ops_from_models.py: the content scripts/dump_ops.py --model-file ... writes. It re-runs
+# when a model file, OPS_YAML or the tool changes, and rewrites OUTPUT only when its content changes: with
+# Ninja's restat (a BYPRODUCT), an unchanged op set re-runs no codegen. A file the tool cannot read fails the
+# build with its message.
 function(lightweight_dispatch_select_ops)
   cmake_parse_arguments(ARG "" "TARGET;OPS_YAML;OUTPUT" "MODELS" ${ARGN})
   get_property(_root GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_ROOT)
   get_property(_python GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_PYTHON)
   if(NOT _python)
     message(FATAL_ERROR "lightweight_dispatch_select_ops: call lightweight_dispatch_find_generator() first")
+  endif()
+  if(NOT ARG_MODELS)
+    message(FATAL_ERROR "lightweight_dispatch_select_ops(${ARG_TARGET}): MODELS <a.ptl dir/ ...> is empty")
   endif()
   lightweight_dispatch_model_files(_models "${ARG_TARGET}" ${ARG_MODELS})
   set(_arguments)
