@@ -5,9 +5,12 @@
 # custom_ops.yaml and quantized_ops.yaml: the source tree, or <prefix>/share/lightweight_dispatch, where
 # this file is cmake/codegen.cmake as it is here.
 #
-#   lightweight_dispatch_add_kernels(<target> OPS_YAML <yaml> [NUM_SHARDS n] [OUTPUT_DIR dir])
-#       the static library <target>: statically dispatched kernels for exactly the yaml's operators, with
-#       the conversion helpers and the torchvision kernels they call. Link it and lightweight_dispatch::runtime.
+#   lightweight_dispatch_add_kernels(<target> [MODELS a.ptl dir/ ...] [OPS_YAML <yaml>] [NUM_SHARDS n] [OUTPUT_DIR dir])
+#       the static library <target>: statically dispatched kernels for exactly the operators the models call
+#       and the yaml lists, with the conversion helpers and the torchvision kernels they call. Link it and
+#       lightweight_dispatch::runtime.
+#   lightweight_dispatch_select_ops(TARGET name MODELS a.ptl dir/ ... [OPS_YAML yaml] OUTPUT yaml)
+#       the build step that writes the models' ops yaml (tools/ops_from_models.py), re-run when a model changes.
 #   lightweight_dispatch_generate_kernels(TARGET name {OPS_YAML yaml | ALL_OPS} OUTPUT_DIR dir NUM_SHARDS n)
 #       the same, every argument explicit (ALL_OPS: every native function CPU can reach).
 #
@@ -140,6 +143,9 @@ function(lightweight_dispatch_generate_kernels)
     COMMENT "Generating statically dispatched kernels (${ARG_TARGET})"
     VERBATIM)
   add_custom_target(${ARG_TARGET}_codegen DEPENDS "${_stamp}")
+  if(TARGET ${ARG_TARGET}_select_ops)  # the yaml is written by lightweight_dispatch_select_ops
+    add_dependencies(${ARG_TARGET}_codegen ${ARG_TARGET}_select_ops)
+  endif()
   add_library(${ARG_TARGET} STATIC ${_sources})
   set_source_files_properties(${_sources} PROPERTIES COMPILE_OPTIONS ${GENERATED_CODE_OPTIMIZATION})
   add_dependencies(${ARG_TARGET} ${ARG_TARGET}_codegen)
@@ -149,26 +155,106 @@ function(lightweight_dispatch_generate_kernels)
   target_link_libraries(${ARG_TARGET} PUBLIC lightweight_dispatch::kernel_support lightweight_dispatch::torchvision_kernels)
 endfunction()
 
-# lightweight_dispatch_add_kernels(<target> OPS_YAML <yaml> [NUM_SHARDS n] [OUTPUT_DIR dir])
+# lightweight_dispatch_model_files(<out_var> <caller> path...)
 #
-# The static library <target> with statically dispatched kernels for exactly the operators of <yaml> (the
-# format scripts/dump_ops.py writes; a relative path is from the current source directory). Generated into
+# The model files behind MODELS paths (relative ones from the current source directory): a file itself, a
+# directory's *.ptl files. A directory is globbed with CONFIGURE_DEPENDS, so a model added to it re-runs
+# CMake. A path that does not exist, or a directory without .ptl files, fails the configure; messages as
+# tools/model_ops.py words them.
+function(lightweight_dispatch_model_files out_var caller)
+  set(_files)
+  foreach(_path IN LISTS ARGN)
+    get_filename_component(_absolute "${_path}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    if(IS_DIRECTORY "${_absolute}")
+      file(GLOB _in_dir LIST_DIRECTORIES false CONFIGURE_DEPENDS "${_absolute}/*.ptl")
+      if(NOT _in_dir)
+        message(FATAL_ERROR "${caller}: MODELS '${_absolute}': a directory with no .ptl files")
+      endif()
+      list(APPEND _files ${_in_dir})
+    elseif(EXISTS "${_absolute}")
+      list(APPEND _files "${_absolute}")
+    else()
+      message(FATAL_ERROR
+        "${caller}: MODELS '${_absolute}': no such file or directory (a .ptl saved with _save_for_lite_interpreter, "
+        "or a directory of them)")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES _files)
+  set(${out_var} ${_files} PARENT_SCOPE)
+endfunction()
+
+# lightweight_dispatch_select_ops(TARGET name MODELS path... [OPS_YAML yaml] OUTPUT yaml)
+#
+# A build step (the target <name>_select_ops) that writes OUTPUT, the ops yaml of the models' operators and
+# OPS_YAML's, with tools/ops_from_models.py: the content scripts/dump_ops.py --model-file ... writes. It re-runs
+# when a model file, OPS_YAML or the tool changes, and rewrites OUTPUT only when its content changes: with
+# Ninja's restat (a BYPRODUCT), an unchanged op set re-runs no codegen. A file the tool cannot read fails the
+# build with its message.
+function(lightweight_dispatch_select_ops)
+  cmake_parse_arguments(ARG "" "TARGET;OPS_YAML;OUTPUT" "MODELS" ${ARGN})
+  get_property(_root GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_ROOT)
+  get_property(_python GLOBAL PROPERTY LIGHTWEIGHT_DISPATCH_PYTHON)
+  if(NOT _python)
+    message(FATAL_ERROR "lightweight_dispatch_select_ops: call lightweight_dispatch_find_generator() first")
+  endif()
+  if(NOT ARG_MODELS)
+    message(FATAL_ERROR "lightweight_dispatch_select_ops(${ARG_TARGET}): MODELS <a.ptl dir/ ...> is empty")
+  endif()
+  lightweight_dispatch_model_files(_models "${ARG_TARGET}" ${ARG_MODELS})
+  set(_arguments)
+  foreach(_model IN LISTS _models)
+    list(APPEND _arguments --model-file "${_model}")
+  endforeach()
+  set(_yaml_deps)
+  list(LENGTH _models _count)
+  set(_sources "${_count} model file(s)")
+  if(ARG_OPS_YAML)
+    list(APPEND _arguments --ops-yaml "${ARG_OPS_YAML}")
+    set(_yaml_deps "${ARG_OPS_YAML}")
+    string(APPEND _sources " and ${ARG_OPS_YAML}")
+  endif()
+  message(STATUS "lightweight_dispatch: ${ARG_TARGET}'s operators: the union of ${_sources}, written at build time to ${ARG_OUTPUT}")
+  file(GLOB _tool_sources "${_root}/tools/*.py")
+  set(_stamp "${ARG_OUTPUT}.stamp")
+  add_custom_command(
+    OUTPUT "${_stamp}"
+    BYPRODUCTS "${ARG_OUTPUT}"
+    COMMAND "${_python}" -m tools.ops_from_models ${_arguments} --output "${ARG_OUTPUT}"
+    COMMAND "${CMAKE_COMMAND}" -E touch "${_stamp}"
+    DEPENDS ${_models} ${_yaml_deps} ${_tool_sources} "${_root}/custom_ops.yaml" "${_root}/quantized_ops.yaml"
+    WORKING_DIRECTORY "${_root}"
+    COMMENT "Selecting the operators of ${ARG_TARGET}'s models"
+    VERBATIM)
+  # A target of its own (`ninja <name>_select_ops` writes just the yaml); lightweight_dispatch_generate_kernels
+  # orders its codegen after it, and its codegen step depends on the yaml itself.
+  add_custom_target(${ARG_TARGET}_select_ops DEPENDS "${_stamp}")
+endfunction()
+
+# lightweight_dispatch_add_kernels(<target> [MODELS path...] [OPS_YAML <yaml>] [NUM_SHARDS n] [OUTPUT_DIR dir])
+#
+# The static library <target> with statically dispatched kernels for exactly the operators the MODELS call
+# (.ptl files and directories of them) and <yaml> lists (the format scripts/dump_ops.py writes); at least one
+# of the two. Relative paths are from the current source directory. With MODELS, the union is written at
+# build time to <binary dir>/<target>_selected_ops.yaml (lightweight_dispatch_select_ops). Generated into
 # OUTPUT_DIR (default: <binary dir>/<target>_generated) in NUM_SHARDS files compiled in parallel (default 4).
 function(lightweight_dispatch_add_kernels target)
-  cmake_parse_arguments(ARG "" "OPS_YAML;NUM_SHARDS;OUTPUT_DIR" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "OPS_YAML;NUM_SHARDS;OUTPUT_DIR" "MODELS" ${ARGN})
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "lightweight_dispatch_add_kernels(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
-  if(NOT ARG_OPS_YAML)
+  if(NOT ARG_OPS_YAML AND NOT ARG_MODELS)
     message(FATAL_ERROR
-      "lightweight_dispatch_add_kernels(${target}) needs OPS_YAML <yaml>: the operators to generate kernels for "
-      "(scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one)")
+      "lightweight_dispatch_add_kernels(${target}) needs MODELS <a.ptl dir/ ...> (the models whose operators get "
+      "kernels) or OPS_YAML <yaml> (scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one), or both")
   endif()
-  get_filename_component(_yaml "${ARG_OPS_YAML}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
-  if(NOT EXISTS "${_yaml}")
-    message(FATAL_ERROR
-      "lightweight_dispatch_add_kernels(${target}): OPS_YAML '${_yaml}' does not exist "
-      "(scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one)")
+  set(_yaml "")
+  if(ARG_OPS_YAML)
+    get_filename_component(_yaml "${ARG_OPS_YAML}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    if(NOT EXISTS "${_yaml}")
+      message(FATAL_ERROR
+        "lightweight_dispatch_add_kernels(${target}): OPS_YAML '${_yaml}' does not exist "
+        "(scripts/dump_ops.py --model-file MODEL.ptl --output ops.yaml writes one)")
+    endif()
   endif()
   if(NOT ARG_NUM_SHARDS)
     set(ARG_NUM_SHARDS 4)
@@ -178,6 +264,12 @@ function(lightweight_dispatch_add_kernels target)
   endif()
   if(NOT ARG_OUTPUT_DIR)
     set(ARG_OUTPUT_DIR "${CMAKE_CURRENT_BINARY_DIR}/${target}_generated")
+  endif()
+  if(ARG_MODELS)
+    set(_selected "${CMAKE_CURRENT_BINARY_DIR}/${target}_selected_ops.yaml")
+    lightweight_dispatch_select_ops(
+      TARGET ${target} MODELS ${ARG_MODELS} OPS_YAML "${_yaml}" OUTPUT "${_selected}")
+    set(_yaml "${_selected}")
   endif()
   lightweight_dispatch_generate_kernels(
     TARGET ${target} OPS_YAML "${_yaml}" OUTPUT_DIR "${ARG_OUTPUT_DIR}" NUM_SHARDS ${ARG_NUM_SHARDS})

@@ -37,17 +37,14 @@ from test_models import ModelSpec, get_model, model_names  # noqa: E402
 from test_models.registry import ForwardArgument  # noqa: E402
 from test_models.quantization import quantized_engine  # noqa: E402
 from tools.file_writer import write_if_changed  # noqa: E402
-from tools.model_ops import ModelFileError, lite_model_files, ops_of_lite_model_bytes, ops_of_lite_model_file  # noqa: E402
+from tools.model_ops import ModelFileError, ops_of_lite_model_bytes  # noqa: E402
 from tools.native_ops import load_native_catalog  # noqa: E402
-from tools.op_names import KnownOps, known_ops, unknown_op_message  # noqa: E402
-from tools.selection import OpSelection, OpSelectionError, SelectedOp, load_op_selection, render_op_selection  # noqa: E402
+from tools.op_names import KnownOps, known_ops  # noqa: E402
+from tools.op_union import SourceError, ops_of_model_paths, ops_of_yamls, render_union, union_of  # noqa: E402
+from tools.selection import OpSelectionError  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "lightweight_dispatch_ops.yaml"
 DEFAULT_MODELS_DIR = REPO_ROOT / "build" / "models"
-
-
-class DumpError(Exception):
-    """A source that cannot be used, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -105,25 +102,6 @@ def _export_model(spec: ModelSpec) -> ExportedModel:
     return ExportedModel(spec.name, lite_bytes, inputs, expected, ops_of_lite_model_bytes(lite_bytes, spec.name))
 
 
-def ops_of_yaml(path: Path, known: KnownOps) -> frozenset[str]:
-    """The operators an ops yaml lists, each checked to exist in the installed torch."""
-    selection = load_op_selection(path)
-    if selection.include_all_operators:
-        raise DumpError(f"{path}: include_all_operators is true; a union needs explicit operators")
-    unknown = [unknown_op_message(op.name, known, str(path)) for op in selection.ops if not known.exists(op.name)]
-    if unknown:
-        raise DumpError("\n".join(unknown))
-    return selection.names
-
-
-def union_of(ops_by_source: dict[str, frozenset[str]]) -> OpSelection:
-    users: dict[str, list[str]] = {}
-    for source, ops in ops_by_source.items():
-        for op in ops:
-            users.setdefault(op, []).append(source)
-    return OpSelection(tuple(SelectedOp(op, tuple(users[op])) for op in sorted(users)))
-
-
 def save_model_files(model: ExportedModel, models_dir: Path) -> None:
     models_dir.mkdir(parents=True, exist_ok=True)
     (models_dir / f"{model.name}.ptl").write_bytes(model.lite_bytes)
@@ -170,7 +148,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def collect(args: argparse.Namespace) -> tuple[dict[str, frozenset[str]], list[ExportedModel]]:
+def collect(args: argparse.Namespace, known: KnownOps) -> tuple[dict[str, frozenset[str]], list[ExportedModel]]:
     """Operators by source, and the exported test models. Raises on the first unusable source."""
     ops_by_source: dict[str, frozenset[str]] = {}
     exported: list[ExportedModel] = []
@@ -179,40 +157,23 @@ def collect(args: argparse.Namespace) -> tuple[dict[str, frozenset[str]], list[E
         model = export_model(get_model(name))
         exported.append(model)
         ops_by_source[model.name] = model.ops
-    for path in args.model_file:
-        for model_file in lite_model_files(path):
-            ops_by_source[model_file.stem] = ops_of_lite_model_file(model_file)
-    if args.ops_yaml:
-        known = known_ops(load_native_catalog())
-        for path in args.ops_yaml:
-            ops_by_source[str(path)] = ops_of_yaml(path, known)
+    # Model files and yamls as tools/ops_from_models.py reads them (the build step of SELECTED_MODELS).
+    for stem, ops in ops_of_model_paths(args.model_file).items():
+        ops_by_source[stem] = ops_by_source.get(stem, frozenset()) | ops
+    ops_by_source.update(ops_of_yamls(args.ops_yaml, known))
     return ops_by_source, exported
-
-
-def jit_native_ops(names: frozenset[str]) -> frozenset[str]:
-    known = known_ops(load_native_catalog())
-    return frozenset(name for name in names if known.is_jit_native(name))
-
-
-def non_native_dispatcher_ops(names: frozenset[str]) -> frozenset[str]:
-    known = known_ops(load_native_catalog())
-    return frozenset(name for name in names if known.is_non_native_dispatcher_op(name))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    known = known_ops(load_native_catalog())
     try:
-        ops_by_source, exported = collect(args)
-    except (KeyError, DumpError, ModelFileError, OpSelectionError) as error:
+        ops_by_source, exported = collect(args, known)
+        selection = union_of(ops_by_source)
+    except (KeyError, SourceError, ModelFileError, OpSelectionError) as error:
         print(f"dump_ops: error: {error.args[0]}\n(nothing written)", file=sys.stderr)
         return 1
-    selection = union_of(ops_by_source)
-    if not selection.ops:
-        print("dump_ops: error: the sources call no operators; refusing to write an empty selection", file=sys.stderr)
-        return 1
-    content = render_op_selection(
-        selection, jit_native_ops(selection.names), non_native_dispatcher_ops(selection.names)
-    )
+    content = render_union(selection, known)
     if args.check:
         diff = stale_diff(args.output, content)
         if diff:

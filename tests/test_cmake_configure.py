@@ -1,4 +1,5 @@
-"""The CMake front door: backend validation, and the stock-interpreter build (USE_LIGHTWEIGHT_DISPATCH=OFF)."""
+"""The CMake front door: backend validation, SELECTED_MODELS that cannot be used, and the stock-interpreter
+build (USE_LIGHTWEIGHT_DISPATCH=OFF)."""
 from __future__ import annotations
 
 import subprocess
@@ -35,6 +36,36 @@ def test_static_dispatch_backends_must_include_cpu(tmp_path: Path) -> None:
     result = configure(tmp_path / "b", "-DSTATIC_DISPATCH_BACKEND=QuantizedCPU")
     assert result.returncode != 0
     assert "STATIC_DISPATCH_BACKEND='QuantizedCPU' must include CPU" in " ".join(result.stderr.split())
+
+
+def test_a_missing_selected_model_fails_configure_naming_it(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.ptl"
+    result = configure(tmp_path / "b", f"-DSELECTED_MODELS={absent}")
+    assert result.returncode != 0
+    assert f"generated_kernels: MODELS '{absent}': no such file or directory" in " ".join(result.stderr.split())
+
+
+def test_a_selected_directory_without_models_fails_configure_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "empty_dir").mkdir()
+    result = configure(tmp_path / "b", f"-DSELECTED_MODELS={tmp_path / 'empty_dir'}/")
+    assert result.returncode != 0
+    message = " ".join(result.stderr.split())
+    assert f"generated_kernels: MODELS '{tmp_path / 'empty_dir'}': a directory with no .ptl files" in message
+
+
+def test_a_damaged_selected_model_fails_the_build_naming_it(tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged.ptl"
+    damaged.write_text("not a model")
+    build_dir = tmp_path / "b"
+    configured = configure(build_dir, f"-DSELECTED_MODELS={damaged}")
+    assert configured.returncode == 0, configured.stderr[-3000:]
+    # Selecting is the first step of the kernels: nothing needs compiling to see it fail.
+    built = subprocess.run([NINJA, "-C", str(build_dir), "generated_kernels_codegen"], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode != 0
+    assert f"ops_from_models: error: {damaged}: not a lite-interpreter model (not a zip archive)" in built.stdout
+    assert not (build_dir / "generated_kernels_selected_ops.yaml").exists()
+    assert "Generating statically dispatched kernels" not in built.stdout
 
 
 def test_configured_build_is_up_to_date_after_building() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from predictor_runner import run_predictor
+from predictor_runner import lite_module_ops, run_predictor, save_lite_model
 from scripts import dump_ops
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +117,8 @@ def test_the_package_holds_the_runtime_its_headers_and_the_generator(prefix: Pat
                  "lib/libtorchvision_kernels.a", "include/lightweight_dispatch/runtime.h",
                  "include/lightweight_dispatch/kernel_table.h", "include/lightweight_dispatch/unboxing_helpers.h",
                  "include/lightweight_dispatch/dispatcher_call.h", "include/lightweight_dispatch/torchvision_kernels.h",
-                 "share/lightweight_dispatch/tools/gen_unboxing.py", "share/lightweight_dispatch/custom_ops.yaml",
+                 "share/lightweight_dispatch/tools/gen_unboxing.py",
+                 "share/lightweight_dispatch/tools/ops_from_models.py", "share/lightweight_dispatch/custom_ops.yaml",
                  "share/lightweight_dispatch/quantized_ops.yaml", "share/lightweight_dispatch/cmake/codegen.cmake",
                  "lib/cmake/LightweightDispatch/LightweightDispatchConfigVersion.cmake"]:
         assert (prefix / path).is_file(), path
@@ -208,6 +209,43 @@ def test_a_consumer_chooses_its_backends(prefix: Path, tmp_path: Path) -> None:
     subprocess.run([NINJA, "-C", str(build_dir), "embed_kernels_codegen"], check=True, capture_output=True, timeout=300)
     report = json.loads((build_dir / "embed_kernels_generated" / "codegen_report.json").read_text())
     assert report["backends"] == ["CPU"]
+
+
+class Relu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+class Sigmoid(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) * 2.0
+
+
+def test_a_consumer_selects_its_kernels_from_its_models(prefix: Path, tmp_path: Path) -> None:
+    project = tmp_path / "app"
+    (project / "more_models").mkdir(parents=True)
+    relu = save_lite_model(Relu(), project / "relu.ptl")
+    sigmoid = save_lite_model(Sigmoid(), project / "more_models" / "sigmoid.ptl")
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\n"
+        "project(app LANGUAGES CXX)\n"
+        "find_package(LightweightDispatch CONFIG REQUIRED)\n"
+        "lightweight_dispatch_add_kernels(app_kernels MODELS relu.ptl more_models/ NUM_SHARDS 1)\n"
+    )
+    build_dir = tmp_path / "build"
+    configured = configure(project, build_dir, f"-DCMAKE_PREFIX_PATH={prefix};{torch_cmake_prefix()}",
+                           f"-DPython3_EXECUTABLE={sys.executable}")
+    assert configured.returncode == 0, configured.stderr[-3000:]
+    # The package's tool dumps the models' operators; the library of their kernels compiles.
+    built = subprocess.run([NINJA, "-C", str(build_dir), "app_kernels"], capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout[-4000:]
+    commands = subprocess.run([NINJA, "-C", str(build_dir), "-t", "commands", "app_kernels"], capture_output=True,
+                              text=True, check=True).stdout
+    share = prefix / "share" / "lightweight_dispatch"
+    assert f"cd {share} && {sys.executable} -m tools.ops_from_models --model-file {relu} --model-file {sigmoid}" in commands
+    union = lite_module_ops(relu) | lite_module_ops(sigmoid)
+    assert table_operators(build_dir / "app_kernels_generated") == union
+    assert (build_dir / "libapp_kernels.a").stat().st_size > 0
 
 
 def test_add_subdirectory_of_the_source_tree_gives_the_same_function_and_target(tmp_path: Path) -> None:
