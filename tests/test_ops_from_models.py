@@ -14,42 +14,12 @@ import pytest
 import torch
 
 from predictor_runner import save_lite_model
+from small_models import Erf, Relu, Softmax, model_dir, output  # noqa: F401 (fixtures)
 from scripts import dump_ops
 from tools import ops_from_models
 from tools.selection import load_op_selection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class Relu(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * 2
-
-
-class Softmax(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(x, dim=-1)
-
-
-class Erf(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.erf(x)
-
-
-@pytest.fixture()
-def model_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "exported"
-    directory.mkdir()
-    save_lite_model(Relu(), directory / "relu_model.ptl")
-    save_lite_model(Softmax(), directory / "softmax_model.ptl")
-    return directory
-
-
-@pytest.fixture()
-def output(tmp_path: Path) -> Path:
-    path = tmp_path / "out.yaml"
-    path.write_text("- aten::previous_content\n")
-    return path
 
 
 def run_tool(*args: object) -> int:
