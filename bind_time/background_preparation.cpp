@@ -1,6 +1,6 @@
 #include <bind_time/background_preparation.h>
 
-#include <bind_time/folded_values.h>
+#include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <runtime/op_binding.h>
 
@@ -23,6 +23,9 @@ std::string why_a_preparation_run_would_show(
       if (inst.op == torch::jit::GET_ATTR || inst.op == torch::jit::SET_ATTR) {
         return "it reads or writes the module's attributes, state a second run could change" + where;
       }
+      if (inst.op == torch::jit::WARN) {
+        return "it warns (warnings.warn): a second run would warn again" + where;
+      }
       if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
         continue;
       }
@@ -31,11 +34,14 @@ std::string why_a_preparation_run_would_show(
       if (schema == nullptr) {
         return "it calls " + op + ", whose schema is unknown" + where;
       }
-      if (draws_random_numbers(*schema)) {
-        return "it calls " + op + ", which draws random numbers: a second run would move the generator" + where;
+      const OperatorFacts facts = operator_facts(*schema);
+      if (facts.acts_outside) {
+        return "it calls " + op + ", which returns nothing and acts outside the model (prints, warns, seeds): a "
+               "second run would do it again" + where;
       }
-      if (op == "prim::Print" || op == "aten::warn") {
-        return "it calls " + op + ": a second run would print again" + where;
+      if (!facts.deterministic) {
+        return "it calls " + op + ", which " + facts.nondeterministic_because +
+               ": a second run would draw other numbers, or move the generator the caller's runs draw from" + where;
       }
     }
   }

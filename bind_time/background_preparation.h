@@ -28,8 +28,11 @@ namespace lightweight_dispatch {
 
 // Why running `module` once more, unseen, could be seen (and so its kernels are prepared on first calls
 // instead), or "" if it cannot: a function that reads or writes the module's attributes (state a run may
-// change), or calls an operator that draws random numbers (a second run would move the generator) or prints.
-// `schema_of` gives operators' schemas (null if unknown: then it could be seen).
+// change), warns (the WARN instruction), or calls an operator that is not deterministic (operator_facts.h: it
+// draws random numbers, so a second run would move the generator the caller's runs draw from) or acts outside
+// its results (prim::Print, aten::warn, aten::manual_seed). `schema_of` gives operators' schemas (null if
+// unknown: then it could be seen). Raising does not show: the run repeats, on a copy of its inputs, a caller's
+// run that returned, and what it raises goes to BackgroundPreparationStatus::error, never to a caller.
 std::string why_a_preparation_run_would_show(
     const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of);
 

@@ -407,7 +407,7 @@ ReturnCount return_counts_from(const OperatorSchema& schema_of) {
 
 // Re-binds every foldable call of `code` (none of `taken`) to a FoldedCall.
 void fold_calls(torch::jit::mobile::Code& code, const std::string& function, const OperatorSchema& schema_of,
-    const std::set<size_t>& taken, const std::shared_ptr<std::atomic<uint64_t>>& remembered_changes,
+    const std::set<size_t>& taken,
     std::vector<Specialization::Folded>& folded) {
   for (size_t pc : find_foldable_calls(code, schema_of, taken)) {
     const auto& inst = code.instructions_[pc];
@@ -415,7 +415,7 @@ void fold_calls(torch::jit::mobile::Code& code, const std::string& function, con
     const c10::FunctionSchema* schema = schema_of(op);
     const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
     const size_t inputs = given < 0 ? schema->arguments().size() : static_cast<size_t>(given);
-    auto kernel = std::make_shared<FoldedCall>(code.operators_[inst.X], inputs, schema->returns().size(), remembered_changes);
+    auto kernel = std::make_shared<FoldedCall>(code.operators_[inst.X], inputs, schema->returns().size());
     rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
     folded.push_back({FoldedCallSite{function, pc, op, 0, 0}, std::move(kernel)});
   }
@@ -470,7 +470,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }
-    fold_calls(code, function_name, schema_of, taken, result->remembered_changes_, result->folded_);
+    fold_calls(code, function_name, schema_of, taken, result->folded_);
   }
   return result;
 }
@@ -496,16 +496,13 @@ c10::IValue Specialization::protect_folded(c10::IValue output) const {
   if (folded_.empty()) {
     return output;
   }
-  std::lock_guard<std::mutex> lock(storages_mutex_);
-  const uint64_t version = remembered_changes_->load();
-  if (version != storages_version_) { // some call remembered new results since: gather them again
-    storages_.clear();
-    for (const Folded& folded : folded_) {
-      folded.kernel->remembered_storages(storages_);
-    }
-    storages_version_ = version;
+  return clone_sharing(std::move(output), take_handed_out_storages());
+}
+
+void Specialization::forget_handed_out() const {
+  if (!folded_.empty()) {
+    take_handed_out_storages();
   }
-  return clone_sharing(std::move(output), storages_);
 }
 
 std::vector<SpecializedCallSite> Specialization::sites() const {

@@ -46,9 +46,11 @@ class Specialization {
   // Every folded call (folded_values.h), with its counters now; whether the call at `instruction` is one.
   std::vector<FoldedCallSite> folded_calls() const;
   bool folds(const std::string& function, size_t instruction) const;
-  // `output` with every tensor that shares memory with a folded call's remembered results cloned (its caller
-  // may write to it); `output` itself when nothing is folded.
+  // `output` of a run on this thread with every tensor that shares memory with a result the folded calls handed
+  // to the run cloned (its caller may write to it); `output` itself when nothing is folded.
   c10::IValue protect_folded(c10::IValue output) const;
+  // Forgets what folded calls handed to this thread before (a run that failed): call before a run.
+  void forget_handed_out() const;
   bool has_sites() const {
     return !sites_.empty();
   }
@@ -63,11 +65,6 @@ class Specialization {
   std::vector<Site> sites_;
   std::vector<Folded> folded_;
   bool returns_channels_last_ = false;
-  // The folded calls' remembered storages, as of `remembered_changes_` = storages_version_.
-  std::shared_ptr<std::atomic<uint64_t>> remembered_changes_ = std::make_shared<std::atomic<uint64_t>>(0);
-  mutable std::mutex storages_mutex_;
-  mutable std::set<const void*> storages_;
-  mutable uint64_t storages_version_ = ~uint64_t{0};
 };
 
 // Re-binds the module's specialisable call sites and folds what depends only on constants and input shapes

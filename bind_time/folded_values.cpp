@@ -1,5 +1,6 @@
 #include <bind_time/folded_values.h>
 
+#include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <bind_time/symbolic_stack.h>
 #include <runtime/op_binding.h>
@@ -24,10 +25,6 @@ bool reads_only_shape(const std::string& op) {
   return op == "aten::size" || op == "aten::size.int" || op == "aten::dim" || op == "aten::numel";
 }
 
-bool writes_argument(const c10::Argument& argument) {
-  return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
-}
-
 bool returns_tensors(const c10::FunctionSchema& schema) {
   if (schema.returns().empty()) {
     return false;
@@ -42,17 +39,13 @@ bool returns_tensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
-bool returns_alias(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& result : schema.returns()) {
-    if (result.alias_info() != nullptr) {
-      return true;
-    }
-  }
-  return false;
+bool is_container(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::ListType || type->kind() == c10::TypeKind::DictType;
 }
 
 // The symbolic run. A value is an object (LOAD copies the reference, as the interpreter does): what is known
-// of each object is whether it is fixed and whether it may share memory with a fixed tensor.
+// of each object is whether it is fixed, whether it may share memory with a fixed tensor, and whether it may be
+// the very object another run sees (a constant, a remembered result).
 class FoldTracker {
  public:
   FoldTracker(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped)
@@ -75,11 +68,12 @@ class FoldTracker {
   struct Object {
     bool fixed = false;
     bool aliases_fixed = false; // may share memory with a fixed tensor (a view of one, a list holding one)
+    bool shared = false;        // may be an object other runs see too: a constant, a folded call's result
   };
   static constexpr int kUnknown = 0; // object 0: not fixed, shares nothing (the function's arguments)
 
-  int make(bool fixed, bool aliases_fixed) {
-    objects_.push_back({fixed, aliases_fixed});
+  int make(Object object) {
+    objects_.push_back(object);
     return static_cast<int>(objects_.size() - 1);
   }
   Object& object(int id) {
@@ -99,7 +93,7 @@ class FoldTracker {
         case opcode::OPN:
           return call(pc, inst);
         case opcode::LOADC:
-          values_.push(make(true, false));
+          values_.push(make({true, false, true}));
           return true;
         case opcode::LIST_CONSTRUCT:
         case opcode::DICT_CONSTRUCT:
@@ -108,13 +102,14 @@ class FoldTracker {
           return construct(static_cast<size_t>(inst.X));
         case opcode::LIST_UNPACK: {
           const int list = values_.pop();
+          const Object element{object(list).fixed, touches_fixed(list), object(list).shared};
           for (int64_t i = 0; i < inst.X; ++i) {
-            values_.push(make(object(list).fixed, touches_fixed(list)));
+            values_.push(make(element));
           }
           return true;
         }
         default:
-          return false; // jumps, calls, attributes, ...: the trace stops here
+          return false; // jumps, calls, attributes, tuple indexing ...: the trace stops here
       }
     } catch (const std::out_of_range&) {
       return false;
@@ -128,7 +123,7 @@ class FoldTracker {
       fixed = fixed && object(value).fixed;
       aliases = aliases || touches_fixed(value);
     }
-    values_.push(make(fixed, aliases));
+    values_.push(make({fixed, aliases, false}));
     return true;
   }
 
@@ -138,39 +133,61 @@ class FoldTracker {
     if (schema == nullptr) {
       return false;
     }
+    const OperatorFacts facts = operator_facts(*schema);
     int given = inst.op == opcode::OPN ? static_cast<int>(inst.N) : code_.operator_input_sizes_[inst.X];
     if (given < 0) {
       given = static_cast<int>(schema->arguments().size());
     }
     const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
-    const bool appends = name == "aten::append.t";
-    bool writes = false, all_fixed = true, any_touches = false;
+    bool writes = false, all_fixed = true, any_touches = false, any_shared = false;
+    std::vector<int> written_containers;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const bool written = i < schema->arguments().size() && writes_argument(schema->arguments()[i]);
-      if (written && !(appends && i == 0) && touches_fixed(inputs[i])) {
-        unsafe_ = true; // the fixed data would change under its remembered copies
+      const Object& input = object(inputs[i]);
+      if (may_write_argument(*schema, facts, i)) {
+        writes = true;
+        const bool container = i < schema->arguments().size() && is_container(schema->arguments()[i].type());
+        if (input.shared || (!container && touches_fixed(inputs[i]))) {
+          unsafe_ = true; // a remembered or constant object, or the fixed data, would change under its copies
+        } else if (container) {
+          written_containers.push_back(inputs[i]); // a fresh list or dict of this run: it may now hold the others
+        }
       }
-      writes = writes || written;
-      all_fixed = all_fixed && object(inputs[i]).fixed;
+      all_fixed = all_fixed && input.fixed;
       any_touches = any_touches || touches_fixed(inputs[i]);
+      any_shared = any_shared || input.shared;
     }
-    if (appends && inputs.size() == 2) { // the list now holds the element
-      Object& list = object(inputs[0]);
-      list.fixed = list.fixed && object(inputs[1]).fixed;
-      list.aliases_fixed = list.aliases_fixed || touches_fixed(inputs[1]);
-    }
-    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && !draws_random_numbers(*schema));
-    if (fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0) {
+    const bool fixed = reads_only_shape(name) || (all_fixed && !writes && facts.deterministic);
+    const bool folded = fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0;
+    if (folded) {
       foldable_.push_back(pc);
+      folds_containers_ = folds_containers_ || !returns_plain_tensors(*schema);
     }
-    const bool aliases = !fixed && any_touches && (returns_alias(*schema) || appends);
+    for (int container : written_containers) {
+      object(container).fixed = object(container).fixed && all_fixed;
+      object(container).aliases_fixed = object(container).aliases_fixed || any_touches;
+    }
     for (size_t i = 0; i < schema->returns().size(); ++i) {
-      values_.push(appends ? inputs[0] : make(fixed, aliases));
+      if (i == 0 && name == "aten::append.t" && !inputs.empty()) {
+        values_.push(inputs[0]); // the list itself
+        continue;
+      }
+      const bool may_alias = result_may_alias_arguments(*schema, facts, i);
+      values_.push(make({fixed, !fixed && any_touches && may_alias, folded || (may_alias && any_shared)}));
     }
     return true;
   }
 
-  // Past the traced part nothing is followed: nothing there may write a tensor or call a function.
+  static bool returns_plain_tensors(const c10::FunctionSchema& schema) {
+    for (const c10::Argument& result : schema.returns()) {
+      if (result.type()->kind() != c10::TypeKind::TensorType) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Past the traced part nothing is followed: nothing there may write a tensor or call a function, nor write a
+  // list or dict when a folded call hands out remembered lists.
   bool remainder_is_safe(size_t from) const {
     for (size_t pc = from; pc < code_.instructions_.size(); ++pc) {
       const Instruction& inst = code_.instructions_[pc];
@@ -184,9 +201,11 @@ class FoldTracker {
       if (schema == nullptr) {
         return false;
       }
-      for (const c10::Argument& argument : schema->arguments()) {
-        if (writes_argument(argument) && argument.type()->kind() != c10::TypeKind::ListType &&
-            argument.type()->kind() != c10::TypeKind::DictType) {
+      const OperatorFacts facts = operator_facts(*schema);
+      const size_t given = inst.op == opcode::OPN ? static_cast<size_t>(inst.N) : schema->arguments().size();
+      for (size_t i = 0; i < std::max(given, schema->arguments().size()); ++i) {
+        const bool container = i < schema->arguments().size() && is_container(schema->arguments()[i].type());
+        if (may_write_argument(*schema, facts, i) && (!container || folds_containers_)) {
           return false;
         }
       }
@@ -200,6 +219,7 @@ class FoldTracker {
   std::vector<Object> objects_{Object{}};
   SymbolicStack values_; // each value: an object of objects_
   std::vector<size_t> foldable_;
+  bool folds_containers_ = false; // some folded call returns a list: its remembered list is handed out
   bool unsafe_ = false;
 };
 
@@ -250,18 +270,26 @@ void collect_storages(const c10::IValue& value, std::set<const void*>& storages)
 
 } // namespace
 
-bool draws_random_numbers(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& argument : schema.arguments()) {
-    if (argument.type()->str().find("Generator") != std::string::npos) {
-      return true;
-    }
-  }
-  return schema.name().find("dropout") != std::string::npos;
-}
-
 std::vector<size_t> find_foldable_calls(
     const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped) {
   return FoldTracker(code, schema_of, skipped).run();
+}
+
+namespace {
+
+// The storages of the remembered results handed to this thread's run (folded_values.h).
+thread_local std::set<const void*> handed_out;
+
+void hand_out(const std::vector<c10::IValue>& outputs) {
+  for (const c10::IValue& output : outputs) {
+    collect_storages(output, handed_out);
+  }
+}
+
+} // namespace
+
+std::set<const void*> take_handed_out_storages() {
+  return std::exchange(handed_out, {});
 }
 
 void FoldedCall::operator()(torch::jit::Stack& stack) const {
@@ -270,20 +298,20 @@ void FoldedCall::operator()(torch::jit::Stack& stack) const {
     if (remembered_ && same_inputs_locked(stack)) {
       torch::jit::drop(stack, inputs_);
       stack.insert(stack.end(), last_outputs_.begin(), last_outputs_.end());
+      hand_out(last_outputs_);
       reused_ += in_preparation_run() ? 0 : 1; // the caller's calls only
-
       return;
     }
   }
   std::vector<c10::IValue> inputs(stack.end() - static_cast<std::ptrdiff_t>(inputs_), stack.end());
   op_(stack);
   std::vector<c10::IValue> outputs(stack.end() - static_cast<std::ptrdiff_t>(outputs_), stack.end());
+  hand_out(outputs); // remembered now: a later run may be handed them
   std::lock_guard<std::mutex> lock(mutex_);
   last_inputs_ = std::move(inputs);
   last_outputs_ = std::move(outputs);
   remembered_ = true;
   computed_ += in_preparation_run() ? 0 : 1;
-  remembered_changes_->fetch_add(1); // under the lock: a run handed these results sees the change after it
 }
 
 bool FoldedCall::same_inputs_locked(const torch::jit::Stack& stack) const {
@@ -304,13 +332,6 @@ int64_t FoldedCall::computed() const {
 int64_t FoldedCall::reused() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reused_;
-}
-
-void FoldedCall::remembered_storages(std::set<const void*>& storages) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const c10::IValue& output : last_outputs_) {
-    collect_storages(output, storages);
-  }
 }
 
 c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages) {

@@ -2,7 +2,8 @@
 // maps' sizes, scaled, stacked, concatenated), computed once per input shape instead of on every run.
 //
 // A symbolic run of a function's bytecode (up to its first jump or call) marks every value as fixed (a constant,
-// a size, dim or numel of any tensor, or the result of a deterministic operator of fixed values) or not. Each call
+// a size, dim or numel of any tensor, or the result of a deterministic operator of fixed values: operator_facts.h)
+// or not. Each call
 // of an operator that returns tensors from fixed values only is re-bound to a kernel that remembers its last inputs
 // and results: called with the same inputs again (numbers and lists by value, tensors by identity, which holds
 // because fixed tensors are constants or such remembered results), it pushes the remembered results; otherwise it
@@ -28,10 +29,6 @@
 
 namespace lightweight_dispatch {
 
-// Whether an operator's result is not a function of its arguments alone: it takes a Generator (random numbers)
-// or is a dropout.
-bool draws_random_numbers(const c10::FunctionSchema& schema);
-
 // The OP instructions of `code` that can be folded (none if the function cannot be proven safe); `skipped`:
 // instructions another part of the stage re-binds.
 std::vector<size_t> find_foldable_calls(
@@ -40,10 +37,8 @@ std::vector<size_t> find_foldable_calls(
 // The kernel a folded call is re-bound to.
 class FoldedCall {
  public:
-  // `remembered_changes` counts, for all of a model's folded calls, the times one remembered new results.
-  FoldedCall(std::function<void(torch::jit::Stack&)> op, size_t inputs, size_t outputs,
-      std::shared_ptr<std::atomic<uint64_t>> remembered_changes)
-      : op_(std::move(op)), inputs_(inputs), outputs_(outputs), remembered_changes_(std::move(remembered_changes)) {}
+  FoldedCall(std::function<void(torch::jit::Stack&)> op, size_t inputs, size_t outputs)
+      : op_(std::move(op)), inputs_(inputs), outputs_(outputs) {}
 
   void operator()(torch::jit::Stack& stack) const;
 
@@ -51,20 +46,22 @@ class FoldedCall {
   // reused the remembered results.
   int64_t computed() const;
   int64_t reused() const;
-  // The storages of the tensors it remembers now.
-  void remembered_storages(std::set<const void*>& storages) const;
 
  private:
   bool same_inputs_locked(const torch::jit::Stack& stack) const;
 
   std::function<void(torch::jit::Stack&)> op_;
   size_t inputs_, outputs_;
-  std::shared_ptr<std::atomic<uint64_t>> remembered_changes_;
   mutable std::mutex mutex_;
   mutable std::vector<c10::IValue> last_inputs_, last_outputs_; // empty until the first call
   mutable bool remembered_ = false;
   mutable int64_t computed_ = 0, reused_ = 0;
 };
+
+// The storages of every result a folded call handed to a run on this thread (remembered results reused, and
+// results it remembered, which later runs may be handed) since the last take: what the run returns must not share
+// them. Per thread, so that another run replacing a folded call's remembered results meanwhile changes nothing.
+std::set<const void*> take_handed_out_storages();
 
 // `value` with every tensor (through tuples, lists and dicts) that shares memory with one of `storages` cloned.
 c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages);

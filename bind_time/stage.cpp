@@ -38,6 +38,7 @@ Stage::~Stage() {
 c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inputs) const {
   const bool restore = specialization_->may_return_channels_last() && inputs_are_stock_layout(inputs);
   c10::IValue output;
+  specialization_->forget_handed_out();
   if (!preparer_) {
     output = run_(method, std::move(inputs));
   } else {

@@ -1,0 +1,106 @@
+"""The bind-time stage never changes an answer: what it may assume about an operator comes from the operator's
+registration (bind_time/operator_facts.h), each rewrite is made only where the bytecode proves it safe, compiled
+kernels are checked on probe inputs of the stage's own, and what runs hand out is never shared.
+
+Each test here fails without the rule it names: a model that breaks the rule is run with the stage, and its
+outputs or report are compared with the stock kernels' (--no-specialize) or eager PyTorch's."""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from predictor_runner import PredictorRun, run_predictor, save_lite_model
+from scripts.dump_ops import flatten_outputs
+from test_bind_time_kernels import save_frozen
+
+RANDOM_OPERATORS = {
+    "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::rand_like", "aten::randn_like",
+    "aten::normal", "aten::bernoulli", "aten::multinomial", "aten::dropout", "aten::uniform_", "aten::normal_",
+    "aten::exponential_",
+}
+
+
+def run_json(predictor: Path, model: Path, *args: object) -> tuple[PredictorRun, dict]:
+    run = run_predictor(predictor, model, "--iters", "3", "--warmup", "0", "--json", *args)
+    assert run.stdout, run.stderr
+    return run, run.json()
+
+
+def save_inputs(path: Path, *inputs: torch.Tensor) -> Path:
+    torch.save(list(inputs), path)
+    return path
+
+
+# --- 1. nondeterminism comes from the operator's registration, not from a name list
+
+class AddsNoise(torch.nn.Module):
+    """The issue's model: the noise's shape is the input's, fixed at a given shape, so the old stage folded it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.randn(x.shape)
+
+
+@pytest.mark.parametrize("stage", ["on", "off"])
+def test_a_model_that_adds_noise_returns_fresh_noise_on_every_run(stage: str, predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(AddsNoise(), tmp_path / "noise.ptl")
+    inputs = save_inputs(tmp_path / "zeros.pt", torch.zeros(4, 5))
+    flags = ["--no-specialize"] if stage == "off" else []
+    run, report = run_json(predictor, model, "--input", inputs, "--parallel", "2", *flags)
+    assert report["folded_calls"] == []
+    # Every --parallel run is compared with the first run's outputs: fresh noise differs from it every time.
+    assert report["parallel"]["outputs_identical"] is False
+    assert run.returncode == 6  # as documented for --parallel runs that differ
+
+
+def test_no_random_operator_is_ever_folded(predictor: Path, models_dir: Path) -> None:
+    # random_draws calls each at a shape fixed by its input's: all their arguments are fixed values.
+    run, report = run_json(predictor, models_dir / "random_draws.ptl")
+    assert run.returncode == 0, run.stderr
+    called = {op["name"].split(".")[0] for op in report["ops"]}
+    assert RANDOM_OPERATORS <= called
+    folded = {call["op"].split(".")[0] for call in report["folded_calls"]}
+    assert not folded & RANDOM_OPERATORS, folded
+
+
+class ConvThen(torch.nn.Module):
+    """A frozen conv (a site to prepare) followed by `then`, which a hidden second run would repeat."""
+
+    def __init__(self, then: str) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.then = then
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.then == "noise":
+            y = y + torch.rand_like(y)
+        elif self.then == "warn":
+            warnings.warn("lightweight_dispatch test warning")
+        return y
+
+
+@pytest.mark.parametrize(("then", "because"), [
+    ("noise", "it calls aten::rand_like, which is tagged nondeterministic_seeded"),
+    ("warn", "it warns (warnings.warn)"),
+])
+def test_a_model_a_hidden_run_would_change_prepares_on_first_calls(
+    then: str, because: str, predictor: Path, tmp_path: Path
+) -> None:
+    x = torch.randn(1, 3, 12, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = save_frozen(ConvThen(then), [x], tmp_path / f"{then}.ptl")
+    run, report = run_json(predictor, model)
+    assert run.returncode in (0, 1), run.stderr  # (noise: outputs differ from eager's draw)
+    background = report["background_preparation"]
+    assert background["runs"] == 0
+    assert background["first_call_because"].startswith(because), background
+    (site,) = report["specialized_sites"]
+    assert site["specialized_calls"] + site["generated_calls"] == 4  # prepared on the first of its 4 runs
+    if then == "warn":
+        # One warning per run the caller made (the first, 3 timed ones), none from a hidden run.
+        assert run.stderr.count("lightweight_dispatch test warning") == 4, run.stderr
