@@ -20,6 +20,7 @@ from test_models import (
     quantized_detection_head,
     quantized_lstm,
     quantized_mobilenet_v2,
+    random_draws,
     recurrent,
     resize_conv,
     roi_head,
@@ -65,6 +66,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("recurrent", recurrent.build, recurrent.example_inputs),
         ModelSpec("transformer", transformer.build, transformer.example_inputs),
         ModelSpec("out_variants", out_variants.build, out_variants.example_inputs),
+        # Random-number operators without a Generator argument: the bind-time stage must neither fold them nor
+        # prepare with a hidden run.
+        ModelSpec("random_draws", random_draws.build, random_draws.example_inputs),
         # The in-place and other operators tests/differential_models.py's generated models call.
         ModelSpec("differential_ops", differential_ops.build, differential_ops.example_inputs),
         # Every kind of forward argument (ints, floats, bools, lists, optionals, dicts; defaults), RAFT-shaped.
