@@ -148,6 +148,10 @@ class SiteKernel {
     std::lock_guard<std::mutex> lock(mutex_);
     return prepare_ms_;
   }
+  int64_t preparations() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return preparations_;
+  }
 
  private:
   struct Prepared {
@@ -272,6 +276,7 @@ class SiteKernel {
     last_.store(prepared.get(), std::memory_order_release);
     prepared_.push_back(std::move(prepared));
     prepare_ms_ += ms_since(start);
+    preparations_ += 1;
   }
 
   // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
@@ -321,6 +326,7 @@ class SiteKernel {
   mutable std::atomic<int64_t> specialized_calls_{0}, generated_calls_{0};
   mutable std::vector<std::string> notes_;
   mutable double prepare_ms_ = 0; // compiling and checking, over every shape
+  mutable int64_t preparations_ = 0; // shapes compiled and checked
 };
 
 namespace {
@@ -513,6 +519,7 @@ std::vector<SpecializedCallSite> Specialization::sites() const {
     report.generated_calls = site.kernel->generated_calls();
     report.notes = site.kernel->notes();
     report.prepare_ms = site.kernel->prepare_ms();
+    report.preparations = site.kernel->preparations();
     reports.push_back(std::move(report));
   }
   return reports;

@@ -1,6 +1,6 @@
 """The public C++ API (include/lightweight_dispatch/runtime.h) exercised from C++ alone by build/api_check:
-concurrent forward bit for bit, one error listing every missing operator, a damaged file as an exception,
-bad inputs as an exception rather than a crash."""
+concurrent forward bit for bit, concurrent first calls preparing each bind-time site once, one error listing
+every missing operator, a damaged file as an exception, bad inputs as an exception rather than a crash."""
 from __future__ import annotations
 
 import subprocess
@@ -38,7 +38,8 @@ def test_the_api_from_cpp(models_dir: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "api_check: 20 passed, 0 failed"
+    assert lines[-1] == "api_check: 22 passed, 0 failed"
     assert "ok   4 threads x 5 concurrent forward calls are bit-identical to one thread: 0 differed" in lines
     assert "ok   MissingOperatorsError lists every missing operator: 2 listed" in lines
+    assert any(line.startswith("ok   each specialised site was prepared exactly once for the one shape: ") for line in lines)
     assert any(line.startswith("ok   a damaged file is a ModelLoadError naming it: " + str(damaged)) for line in lines)

@@ -37,6 +37,8 @@ struct SpecializedCallSite {
   int64_t generated_calls = 0;    // calls served by the generated kernels (each shape's first call included)
   std::vector<std::string> notes; // why a shape keeps the generated kernels
   double prepare_ms = 0;          // compiling and checking its kernels, on first calls (part of those runs)
+  int64_t preparations = 0;       // shapes compiled and checked so far: one per input shape, however many
+                                  // threads met it at once
 };
 
 // A call the bind-time stage folded: its result depends only on constants and input shapes (an SSD head's
