@@ -1,6 +1,7 @@
 #include <bind_time/call_site_specialization.h>
 
 #include <bind_time/onednn_partition.h>
+#include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
@@ -106,9 +107,13 @@ class SiteKernel {
  public:
   // `prepare_on_first_call`: a call meeting a new shape compiles for it; otherwise only a preparation run does
   // (background_preparation.h), and other calls run the generated kernels until it has.
-  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call)
+  // `note`: why it is not one kernel with the site that follows, or "".
+  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note)
       : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout),
         prepare_on_first_call_(prepare_on_first_call) {
+    if (!note.empty()) {
+      notes_.push_back(note);
+    }
     for (const ChainLink& link : chain_) {
       chain_view_.push_back(&link.site);
     }
@@ -376,10 +381,81 @@ ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_
   return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
 }
 
+// Why instruction `pc` of `code` may write a tensor, or "" if it cannot: an operator that may write one of its
+// arguments (operator_facts.h: in-place, out=, or unknown), or a call of another function.
+std::string why_it_may_write(const torch::jit::mobile::Code& code, size_t pc, const OperatorSchema& schema_of) {
+  const torch::jit::Instruction& inst = code.instructions_[pc];
+  if (inst.op == torch::jit::CALL || inst.op == torch::jit::INTERFACE_CALL) {
+    return "instruction " + std::to_string(pc) + " calls another function";
+  }
+  if (inst.op != torch::jit::OP && inst.op != torch::jit::OPN) {
+    return "";
+  }
+  const std::string op = op_display_name(code.op_names_[inst.X]);
+  const c10::FunctionSchema* schema = schema_of(op);
+  if (schema == nullptr) {
+    return "instruction " + std::to_string(pc) + " calls " + op + ", whose schema is unknown";
+  }
+  const OperatorFacts facts = operator_facts(*schema);
+  const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
+  const size_t arguments = given < 0 ? schema->arguments().size() : static_cast<size_t>(given);
+  for (size_t i = 0; i < arguments; ++i) {
+    if (may_write_argument(*schema, facts, i)) {
+      return "instruction " + std::to_string(pc) + " (" + op + ") may write its arguments";
+    }
+  }
+  return "";
+}
+
+bool writes_nothing(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of) {
+  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+    if (!why_it_may_write(code, pc, schema_of).empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Why the 1x1 conv's input may change between its call and the depthwise conv's, or "" if nothing can change it:
+// run as one kernel, the pair reads that input at the depthwise conv's call. Only constants, moves and operators
+// that write nothing may lie between (the 1x1 conv's own fused post-op writes its result, not its input).
+std::string why_pair_input_may_change(const torch::jit::mobile::Code& code, const WeightSite& first,
+    const WeightSite& second, const OperatorSchema& schema_of) {
+  using torch::jit::OpCode;
+  for (size_t pc = first.conv_instruction + 1; pc < second.conv_instruction; ++pc) {
+    if (first.post_op != PostOp::None && pc == first.post_op_instruction) {
+      continue;
+    }
+    const OpCode op = code.instructions_[pc].op;
+    const bool moves_or_constants = op == torch::jit::LOADC || op == torch::jit::LOAD || op == torch::jit::MOVE ||
+                                    op == torch::jit::STORE || op == torch::jit::STOREN || op == torch::jit::DROP ||
+                                    op == torch::jit::DROPR;
+    if (moves_or_constants) {
+      continue;
+    }
+    if (op != torch::jit::OP && op != torch::jit::OPN) {
+      return "instruction " + std::to_string(pc) + " (a jump, call or other instruction not followed) lies between them";
+    }
+    std::string why = why_it_may_write(code, pc, schema_of);
+    if (!why.empty()) {
+      return why;
+    }
+  }
+  return "";
+}
+
+// A kernel's sites (indices into the function's sites), and why it does not take in the site that follows.
+struct Chain {
+  std::vector<size_t> sites;
+  std::string note;
+};
+
 // The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
-// depthwise conv joins it; every other site is a chain of its own.
-std::vector<std::vector<size_t>> chains_of(const std::vector<WeightSite>& sites, const SiteDataflow& flow) {
-  std::vector<std::vector<size_t>> chains;
+// depthwise conv joins it, unless the pair's input may change between the two calls; every other site is a chain
+// of its own.
+std::vector<Chain> chains_of(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
+    const SiteDataflow& flow, const OperatorSchema& schema_of) {
+  std::vector<Chain> chains;
   std::vector<bool> taken(sites.size(), false);
   for (size_t index = 0; index < sites.size(); ++index) {
     if (taken[index]) {
@@ -387,11 +463,17 @@ std::vector<std::vector<size_t>> chains_of(const std::vector<WeightSite>& sites,
     }
     const int next = flow.sole_consumer[index];
     if (next >= 0 && !taken[next] && pointwise_feeds_depthwise(sites[index], sites[next])) {
-      chains.push_back({index, static_cast<size_t>(next)});
-      taken[next] = true;
-    } else {
-      chains.push_back({index});
+      const std::string why_not = why_pair_input_may_change(code, sites[index], sites[next], schema_of);
+      if (why_not.empty()) {
+        chains.push_back({{index, static_cast<size_t>(next)}, ""});
+        taken[next] = true;
+        continue;
+      }
+      chains.push_back({{index}, "not run in one kernel with the depthwise conv at instruction " +
+                                     std::to_string(sites[next].conv_instruction) + ": " + why_not});
+      continue;
     }
+    chains.push_back({{index}, ""});
   }
   return chains;
 }
@@ -442,8 +524,10 @@ std::shared_ptr<Specialization> specialize_call_sites(
     const std::string function_name = function->qualname().qualifiedName();
     std::set<size_t> taken; // instructions the sites re-bind
     std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
-    const SiteDataflow flow = trace_site_results(code, sites, returns_of); // before any instruction is re-bound
-    for (const std::vector<size_t>& chain : chains_of(sites, flow)) {
+    // Before any instruction is re-bound.
+    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, schema_of));
+    for (const Chain& found : chains_of(code, sites, flow, schema_of)) {
+      const std::vector<size_t>& chain = found.sites;
       const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
       result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
       Specialization::Site entry;
@@ -472,7 +556,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
       entry.report.runs = runs_description(entry.report.fused);
       taken.insert(entry.report.fused_instructions.begin(), entry.report.fused_instructions.end());
       const size_t call_pc = links.back().site.conv_instruction;
-      entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call);
+      entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call, found.note);
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }

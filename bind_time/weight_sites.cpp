@@ -247,8 +247,9 @@ namespace {
 // The symbolic stack machine: every value is the site that produced it, or -1.
 class SiteValueTracker {
  public:
-  SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of)
-      : code_(code), returns_of_(returns_of), values_(code.register_size_, -1) {
+  SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
+      const ReturnCount& returns_of, bool writes_nothing)
+      : code_(code), returns_of_(returns_of), writes_nothing_(writes_nothing), values_(code.register_size_, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
@@ -309,12 +310,13 @@ class SiteValueTracker {
       escaped_elsewhere_[value] = true;
     }
   }
-  // Takes a channels_last tensor at no more cost than the conv saves by producing it: a permute (an SSD head's
-  // permute-reshape of a channels_last result is a view where the stock layout's is a copy), a reshape (a copy
-  // where the stock layout's may be a view, but cheaper than the conv's own reorder: SSD heads 0.28 -> 0.27 ms,
-  // the larger one 1.84 -> 1.68), a list append (a detection head collecting its levels' maps).
-  static bool is_layout_free(const std::string& op) {
-    return op == "aten::permute" || op == "aten::append.t" || op == "aten::reshape";
+  // Takes a channels_last tensor at no more cost than the conv saves by producing it, with the same meaning: a
+  // permute (an SSD head's permute-reshape of a channels_last result is a view where the stock layout's is a
+  // copy), a list append (a detection head collecting its levels' maps), and where nothing writes, a reshape (a
+  // copy where the stock layout's may be a view, but cheaper than the conv's own reorder: SSD heads 0.28 -> 0.27
+  // ms, the larger one 1.84 -> 1.68).
+  bool is_layout_free(const std::string& op) const {
+    return op == "aten::permute" || op == "aten::append.t" || (op == "aten::reshape" && writes_nothing_);
   }
   // Reads no data: sizes are the same in any layout.
   static bool is_layout_neutral(const std::string& op) {
@@ -402,6 +404,7 @@ class SiteValueTracker {
 
   const torch::jit::mobile::Code& code_;
   const ReturnCount& returns_of_;
+  bool writes_nothing_;
   SymbolicStack values_; // each value: the site that produced it, or -1
   std::map<size_t, int> conv_at_, post_op_at_;
   std::set<int> used_;
@@ -414,9 +417,9 @@ class SiteValueTracker {
 
 } // namespace
 
-SiteDataflow trace_site_results(
-    const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of) {
-  return SiteValueTracker(code, sites, returns_of).run();
+SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
+    const ReturnCount& returns_of, bool writes_nothing) {
+  return SiteValueTracker(code, sites, returns_of, writes_nothing).run();
 }
 
 } // namespace lightweight_dispatch

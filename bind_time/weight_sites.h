@@ -87,13 +87,16 @@ struct SiteDataflow {
   // Per site: the site whose result is its input, or -1 (a model input, another operator's result, unknown).
   std::vector<int> input_from_site;
   // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
-  // saves (permute, reshape: a detection head rearranging its maps; aten::append, a head collecting them).
+  // saves and means the same in either layout (permute, a view in both; aten::append, a head collecting its maps;
+  // reshape, a detection head rearranging them, only where nothing in the function writes: reshape may return a
+  // view, and of a channels_last tensor it returns a copy, which a later write through it would not reach past).
   std::vector<bool> escapes_only_to_layout_free_ops;
   // Per site: the site whose input its result is, when that is its only use; or -1.
   std::vector<int> sole_consumer;
 };
 
-SiteDataflow trace_site_results(
-    const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites, const ReturnCount& returns_of);
+// `writes_nothing`: no instruction of the function may write a tensor (reshape is then layout-free).
+SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
+    const ReturnCount& returns_of, bool writes_nothing);
 
 } // namespace lightweight_dispatch

@@ -104,3 +104,91 @@ def test_a_model_a_hidden_run_would_change_prepares_on_first_calls(
     if then == "warn":
         # One warning per run the caller made (the first, 3 timed ones), none from a hidden run.
         assert run.stderr.count("lightweight_dispatch test warning") == 4, run.stderr
+
+
+# --- 2. a rewrite only where the bytecode proves no write can reach what it changes
+
+def saved_outputs(path: Path) -> list[torch.Tensor]:
+    return flatten_outputs(torch.load(path))
+
+
+def assert_stage_agrees(predictor: Path, model: Path, tmp_path: Path, *args: object) -> dict:
+    """Runs `model` with the stage and without (outputs of a later run saved) and returns the stage's report
+    after checking both against eager (NAME.expected.pt) and each other, within 1e-5."""
+    reports = {}
+    for stage, flags in (("on", []), ("off", ["--no-specialize"])):
+        run, reports[stage] = run_json(predictor, model, "--save-outputs", tmp_path / f"{stage}.pt", *flags, *args)
+        assert run.returncode == 0, run.stderr + str(reports[stage].get("mismatch"))
+    for on, off in zip(saved_outputs(tmp_path / "on.pt"), saved_outputs(tmp_path / "off.pt"), strict=True):
+        torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
+    return reports["on"]
+
+
+class WritesThePairsInput(torch.nn.Module):
+    """A 1x1 conv feeding a depthwise conv, its input written in place between the two calls: run as one kernel
+    at the depthwise conv's call, the pair would read the written input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pointwise = torch.nn.Conv2d(8, 16, 1)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = x + 0.0
+        y = self.pointwise(z)
+        z.mul_(2.0)
+        return self.depthwise(y), z
+
+
+def test_a_pair_whose_input_is_written_in_between_runs_as_two_kernels(predictor: Path, tmp_path: Path) -> None:
+    model = save_frozen(WritesThePairsInput(), [torch.randn(1, 8, 10, 10)], tmp_path / "pair.ptl")
+    report = assert_stage_agrees(predictor, model, tmp_path)
+    runs = [site["runs"] for site in report["specialized_sites"]]
+    assert runs == ["static+onednn(conv2d)", "static+onednn(conv2d)"], runs
+    note = report["specialized_sites"][0]["notes"][0]
+    assert note.startswith("not run in one kernel with the depthwise conv at instruction "), note
+    assert "(aten::mul_.Scalar) may write its arguments" in note, note
+
+
+class WritesThroughAReshape(torch.nn.Module):
+    """A conv result read by another conv after a write through its reshape: in the stock layout the reshape is a
+    view, so the write reaches the second conv's input; of a channels_last result it would be a copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = self.first(x)
+        flat = r.reshape(-1)
+        flat.add_(1.0)
+        return self.second(r)
+
+
+def test_a_write_through_a_reshape_reaches_the_next_site(predictor: Path, tmp_path: Path) -> None:
+    model = save_frozen(WritesThroughAReshape(), [torch.randn(1, 3, 12, 12)], tmp_path / "reshape.ptl")
+    report = assert_stage_agrees(predictor, model, tmp_path)
+    first = report["specialized_sites"][0]
+    assert first["result_layout"] != "channels_last", first
+
+
+class WritesThroughACopiedList(torch.nn.Module):
+    """A fixed value (folded: it depends on the input's shape only) put in a list, the list copied (aten::list,
+    whose schema declares no alias), and an element of the copy written: that writes the fixed value."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grid = torch.arange(x.size(1)) * 1.0
+        copied = list([grid, x])
+        copied[0].add_(1.0)
+        return x + grid
+
+
+def test_a_write_through_a_list_copy_folds_nothing(predictor: Path, tmp_path: Path) -> None:
+    x = torch.zeros(1, 4)
+    model = save_lite_model(WritesThroughACopiedList(), tmp_path / "list.ptl")
+    torch.save([x], model.with_suffix(".inputs.pt"))
+    torch.save([WritesThroughACopiedList()(x)], model.with_suffix(".expected.pt"))
+    run, report = run_json(predictor, model)
+    assert run.returncode == 0, report.get("mismatch")  # the 4th run's outputs, as the 1st's: no accumulation
+    assert report["folded_calls"] == []
