@@ -6,7 +6,9 @@
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/aminmax.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/max.h>
 #include <ATen/core/stack.h>
 #include <torch/csrc/jit/mobile/code.h>
@@ -16,6 +18,7 @@
 #include <set>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <mutex>
 #include <sstream>
@@ -29,9 +32,45 @@ namespace {
 // Shapes a site keeps a compiled partition for; a site called with more runs its generated kernels for them.
 constexpr size_t kMaxShapesPerSite = 4;
 
-// The check made once per shape: the partition against the generated kernels, on the first call's tensors.
+// The checks made once per shape: the partition against the generated kernels, on a probe input and on the first
+// call's tensors.
 constexpr double kCheckRtol = 1e-5;
 constexpr double kCheckAtol = 1e-5;
+
+// The seed of the probe inputs a compiled kernel is checked on before it serves a call.
+constexpr uint64_t kProbeSeed = 0x5eed;
+
+// A test-only hook: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1 in the environment, every partition is
+// compiled with its first site's weight doubled, a kernel the checks must catch (tests/test_stage_correctness.py).
+// Nothing else reads it; it changes no generated kernel.
+bool test_asks_for_wrong_weights() {
+  static const bool asked = [] {
+    const char* value = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return asked;
+}
+
+// The chain a partition is compiled from: the sites themselves, or with the test hook a copy whose first weight
+// is wrong.
+class WrongWeights {
+ public:
+  explicit WrongWeights(const SiteChain& chain) : chain_(chain) {
+    if (test_asks_for_wrong_weights()) {
+      first_ = *chain.front();
+      first_.weight = first_.weight.mul(2.0);
+      first_.conv_arguments[0] = first_.weight;
+      chain_.front() = &first_;
+    }
+  }
+  const SiteChain& chain() const {
+    return chain_;
+  }
+
+ private:
+  SiteChain chain_;
+  WeightSite first_;
+};
 
 // A cheap call (fewer multiply-adds than this: ~0.3 ms of convolution here) is timed both ways before the compiled
 // kernel is kept: its fixed cost per call (~5 us) can outweigh what it saves.
@@ -254,10 +293,16 @@ class SiteKernel {
                                      : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
                                                                            : input.suggest_memory_format();
     at::Tensor got;
-    auto partition = OnednnPartition::compile(chain_view_, input_kept, residual_arg, format, got, why_not);
+    const WrongWeights wrong_weights(chain_view_); // none, unless a test asks for them
+    auto partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
     const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(call_arguments_ + (residual ? 1 : 0)),
         stack.end());
     run_generated(stack); // the reference, and the result if the partition is not kept
+    if (partition && !agrees_on_a_probe(*partition, arguments, input_kept, residual_arg)) {
+      why_not = "its result on a probe input (seeded random values at this shape) differed from the generated "
+                "kernels' beyond 1e-5";
+      partition.reset();
+    }
     if (partition && multiply_adds(input_kept) < kRaceBelowMacs &&
         !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
       why_not = "the generated kernels were faster for this shape";
@@ -282,6 +327,30 @@ class SiteKernel {
     prepared_.push_back(std::move(prepared));
     prepare_ms_ += ms_since(start);
     preparations_ += 1;
+  }
+
+  // Whether the partition agrees with the generated kernels on a probe input of the stage's own: seeded random
+  // values at the call's sizes, strides and dtype (and the same for a fused add's residual). A caller's first
+  // input can hide a wrong kernel (zeros make a conv's result its bias alone, whatever the weight's layout); the
+  // probe exercises every weight.
+  bool agrees_on_a_probe(const OnednnPartition& partition, const torch::jit::Stack& arguments,
+      const at::Tensor& input, const at::Tensor* residual) const {
+    at::Generator generator = at::detail::createCPUGenerator(kProbeSeed);
+    const auto probe_like = [&](const at::Tensor& t) {
+      return at::empty_strided(t.sizes(), t.strides(), t.options()).normal_(0.0, 1.0, generator);
+    };
+    torch::jit::Stack probe_arguments = arguments;
+    at::Tensor probe_residual;
+    if (residual != nullptr) {
+      probe_residual = probe_like(*residual);
+      probe_arguments[0] = probe_residual;
+    }
+    const at::Tensor probe = probe_like(input);
+    probe_arguments[residual != nullptr ? 1 : 0] = probe;
+    const at::Tensor compiled = partition.run(probe, residual != nullptr ? &probe_residual : nullptr);
+    run_generated_kernels(probe_arguments);
+    at::Tensor expected = probe_arguments.back().toTensor();
+    return agrees(compiled, expected);
   }
 
   // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats

@@ -3,8 +3,9 @@
 // in; a 1x1 conv whose result only feeds a depthwise conv shares that conv's kernel.
 //
 // A specialised site is prepared for each input shape it meets (oneDNN Graph compiles for a shape): on that
-// first call, or by a background run on a copy of that call's inputs (background_preparation.h), checked once
-// against the generated kernel on those tensors, and from then on runs the compiled partition; a
+// first call, or by a background run on a copy of that call's inputs (background_preparation.h), checked against
+// the generated kernels on a probe input of the stage's own (seeded random values at that shape) and on those
+// tensors, and from then on runs the compiled partition; a
 // site oneDNN Graph does not take, or whose check fails, or that sees more shapes than it keeps, runs its
 // generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
 // safe. A result is channels_last, the layout oneDNN's kernels run fastest in, where that is free: when it only

@@ -7,6 +7,7 @@ outputs or report are compared with the stock kernels' (--no-specialize) or eage
 from __future__ import annotations
 
 import os
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 
 from predictor_runner import PredictorRun, run_predictor, save_lite_model
 from scripts.dump_ops import flatten_outputs
-from test_bind_time_kernels import save_frozen
+from test_bind_time_kernels import later_runs, save_frozen
 
 RANDOM_OPERATORS = {
     "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::rand_like", "aten::randn_like",
@@ -192,3 +193,44 @@ def test_a_write_through_a_list_copy_folds_nothing(predictor: Path, tmp_path: Pa
     run, report = run_json(predictor, model)
     assert run.returncode == 0, report.get("mismatch")  # the 4th run's outputs, as the 1st's: no accumulation
     assert report["folded_calls"] == []
+
+
+# --- 3. a compiled kernel is checked on a probe input of the stage's own before it serves a call
+
+class OneConv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def run_with_wrong_weights(predictor: Path, model: Path, *args: object) -> tuple[PredictorRun, dict]:
+    """lite_predictor with the test-only hook that compiles every partition with its first weight doubled."""
+    environment = dict(os.environ, LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS="1")
+    completed = subprocess.run([str(predictor), str(model), "--iters", "3", "--warmup", "0", "--json",
+                                *map(str, args)], capture_output=True, text=True, timeout=300, env=environment)
+    run = PredictorRun(completed.returncode, completed.stdout, completed.stderr)
+    return run, run.json()
+
+
+@pytest.mark.parametrize("prepare", ["background", "first-call"])
+def test_a_wrong_kernel_is_caught_even_when_the_first_input_hides_it(
+    prepare: str, predictor: Path, tmp_path: Path
+) -> None:
+    # All zeros: the conv's result is its bias whatever the weight, so a check on this input alone would pass.
+    zeros = torch.zeros(1, 3, 12, 12)
+    model = save_frozen(OneConv(), [zeros], tmp_path / "conv.ptl")
+    run, report = run_with_wrong_weights(predictor, model, "--prepare", prepare)
+    assert run.returncode == 0, run.stderr  # the generated kernels served every call
+    (site,) = report["specialized_sites"]
+    assert site["specialized_calls"] == 0 and site["generated_calls"] == 1 + later_runs(report), site
+    (note,) = site["notes"]
+    assert note.endswith("its result on a probe input (seeded random values at this shape) differed from the "
+                         "generated kernels' beyond 1e-5"), note
+    # Without the hook the same site compiles, checks and serves the later calls.
+    run, report = run_json(predictor, model, "--prepare", prepare)
+    assert run.returncode == 0, run.stderr
+    (site,) = report["specialized_sites"]
+    assert site["notes"] == [] and site["specialized_calls"] == later_runs(report), site
