@@ -234,3 +234,29 @@ def test_a_wrong_kernel_is_caught_even_when_the_first_input_hides_it(
     assert run.returncode == 0, run.stderr
     (site,) = report["specialized_sites"]
     assert site["notes"] == [] and site["specialized_calls"] == later_runs(report), site
+
+
+# --- 4. concurrent runs never share what they return
+
+class ReturnsAFoldedValue(torch.nn.Module):
+    """A folded value (per input shape) returned as it is, after enough work that other runs, at another shape,
+    replace the folded call's remembered result meanwhile."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grid = torch.arange(x.size(1)) * 0.5
+        y = torch.sigmoid(x)
+        for _ in range(4):
+            y = torch.sigmoid(y * 2.0 + 1.0)
+        return y + grid, grid
+
+
+def test_concurrent_runs_at_two_shapes_never_share_a_folded_result(tmp_path: Path) -> None:
+    program = Path(__file__).resolve().parent.parent / "build" / "stage_race_check"
+    model = save_lite_model(ReturnsAFoldedValue(), tmp_path / "folded.ptl")
+    first = save_inputs(tmp_path / "a.pt", torch.randn(64, 32))
+    second = save_inputs(tmp_path / "b.pt", torch.randn(64, 48))
+    done = subprocess.run([str(program), str(model), str(first), str(second), "300"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "stage_race_check: ok"
+    assert "folded calls reused" in done.stdout and " 0 folded calls" not in done.stdout, done.stdout
