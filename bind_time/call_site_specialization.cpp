@@ -450,8 +450,15 @@ ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_
   return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
 }
 
+// Whether writing an argument of this type writes only the container, never tensor data: a generic list (t[]:
+// append, insert, _set_item) or a dict. A Tensor[] written (an out= list) writes its tensors.
+bool writes_only_the_container(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::DictType ||
+         (type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() != c10::TypeKind::TensorType);
+}
+
 // Why instruction `pc` of `code` may write a tensor, or "" if it cannot: an operator that may write one of its
-// arguments (operator_facts.h: in-place, out=, or unknown), or a call of another function.
+// tensor arguments (operator_facts.h: in-place, out=, or unknown), or a call of another function.
 std::string why_it_may_write(const torch::jit::mobile::Code& code, size_t pc, const OperatorSchema& schema_of) {
   const torch::jit::Instruction& inst = code.instructions_[pc];
   if (inst.op == torch::jit::CALL || inst.op == torch::jit::INTERFACE_CALL) {
@@ -469,16 +476,27 @@ std::string why_it_may_write(const torch::jit::mobile::Code& code, size_t pc, co
   const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
   const size_t arguments = given < 0 ? schema->arguments().size() : static_cast<size_t>(given);
   for (size_t i = 0; i < arguments; ++i) {
-    if (may_write_argument(*schema, facts, i)) {
+    const bool container_only = !facts.may_alias_or_write_anything && i < schema->arguments().size() &&
+                                writes_only_the_container(schema->arguments()[i].type());
+    if (may_write_argument(*schema, facts, i) && !container_only) {
       return "instruction " + std::to_string(pc) + " (" + op + ") may write its arguments";
     }
   }
   return "";
 }
 
-bool writes_nothing(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of) {
+// Whether no instruction of `code` may write a tensor, but the sites' fused operations (which write the site's
+// own result inside its kernel, before anything else sees it).
+bool writes_nothing(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
+    const OperatorSchema& schema_of) {
+  std::set<size_t> fused;
+  for (const WeightSite& site : sites) {
+    if (site.post_op != PostOp::None) {
+      fused.insert(site.post_op_instruction);
+    }
+  }
   for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
-    if (!why_it_may_write(code, pc, schema_of).empty()) {
+    if (fused.count(pc) == 0 && !why_it_may_write(code, pc, schema_of).empty()) {
       return false;
     }
   }
@@ -594,7 +612,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
     std::set<size_t> taken; // instructions the sites re-bind
     std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
     // Before any instruction is re-bound.
-    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, schema_of));
+    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of));
     for (const Chain& found : chains_of(code, sites, flow, schema_of)) {
       const std::vector<size_t>& chain = found.sites;
       const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
