@@ -75,6 +75,7 @@ class Var:
     downsampled: int = 0  # stride-2 steps since the input (inputs are at least 8 pixels)
     from_input: bool = False  # the input or a view of it: never written (branches read the input's values)
     from_conv: bool = False
+    fixed: bool = False  # depends only on shapes and constants: the stage may fold it
 
 
 @dataclass
@@ -181,7 +182,7 @@ class ModelWriter:
         return var
 
     def like(self, base: Var, name: str, **changes) -> Var:
-        fields = dict(base.__dict__, name=name, from_input=False, from_conv=False)
+        fields = dict(base.__dict__, name=name, from_input=False, from_conv=False, fixed=False)
         fields.update(changes)
         return self.add_var(Var(**fields))
 
@@ -251,10 +252,23 @@ class ModelWriter:
                             f"bias={self.rng.random() < 0.5})")
         t, name = self.fresh("t"), self.fresh()
         self.emit(f"{t} = {self.activation(f'self.{pw}({src.name})')}")
-        if not src.from_input and self.on("inplace") and self.rng.random() < 0.3:
-            # The pair's input written between its two convs: the fused kernel must not read it late.
-            self.features.add("pair_input_written")
-            self.emit(self.rng.choice([f"{src.name}.mul_(0.5)", f"{src.name}.add_(1.0)", f"{src.name}.relu_()"]))
+        if self.on("inplace") and self.rng.random() < 0.4:
+            # Between the two convs, a write to the pair's input (the fused kernel must not read it late) or to the
+            # 1x1 result, directly or through a tuple or list holding it.
+            written = t if src.from_input or self.rng.random() < 0.4 else src.name
+            self.features.add("pair_result_written" if written == t else "pair_input_written")
+            write = self.rng.choice(["mul_(0.5)", "add_(1.0)", "relu_()"])
+            how = self.rng.randrange(3)
+            if how == 0:
+                self.emit(f"{written}.{write}")
+            elif how == 1:
+                holder = self.fresh("p")
+                self.emit(f"{holder} = ({written}, x)")
+                self.emit(f"{holder}[0].{write}")
+            else:
+                holder = self.fresh("l")
+                self.emit(f"{holder} = list([{written}])")
+                self.emit(f"{holder}[0].{write}")
         self.emit(f"{name} = {self.activation(f'self.{dw}({t})')}")
         self.features.add("pair")
         spatial = src.spatial if stride == 1 else self.new_spatial()
@@ -460,7 +474,7 @@ class ModelWriter:
             self.emit(f"{name} = torch.zeros([{src.name}.size(0), {src.channels}, 1, 1]) + 1.0")
         self.features.add("fixed")
         if form != 2:  # an arange is [W]: it only broadcasts onto maps, so it is no map of its own
-            self.like(src, name, spatial=src.spatial if form in (0, 1) else "one")
+            self.like(src, name, spatial=src.spatial if form in (0, 1) else "one", fixed=True)
         if self.on("inplace") and self.rng.random() < 0.5:
             holder = self.rng.randrange(3)
             if holder == 0:
@@ -561,7 +575,7 @@ class ModelWriter:
     def statement_kinds(self) -> list[tuple[str, float]]:
         kinds = [("conv", 5.0), ("pair", 2.5), ("linear", 1.0), ("pool", 0.8), ("global_pool", 0.3),
                  ("unary", 1.0), ("binary", 1.2), ("inplace", 2.5), ("reshape_round_trip", 1.2), ("list_ops", 1.0),
-                 ("tuple_ops", 0.8), ("fixed", 1.0), ("random_draw", 0.6), ("attribute_read", 0.4),
+                 ("tuple_ops", 0.8), ("fixed", 1.0), ("random_draw", 1.2), ("attribute_read", 0.4),
                  ("attribute_write", 0.3), ("loop", 0.5), ("branch", 0.6)]
         gate = {"reshape_round_trip": "permute", "list_ops": "list", "tuple_ops": "tuple", "random_draw": "random",
                 "inplace": "inplace"}
@@ -570,10 +584,16 @@ class ModelWriter:
     def write(self) -> GeneratedModel:
         kinds = self.statement_kinds()
         # Some models draw no random numbers at all: their every output is compared by value.
-        if self.rng.random() < 0.6:
+        if self.rng.random() < 0.5:
             kinds = [(k, w) for k, w in kinds if k != "random_draw"]
         names = [k for k, _ in kinds]
         weights = [w for _, w in kinds]
+        # The stage folds only before a function's first jump: often begin with what it may fold, and what it
+        # must not (sizes-only random draws, fixed values written through an alias).
+        if self.rng.random() < 0.5:
+            prologue = [k for k in ("fixed", "fixed", "random_draw", "tuple_ops", "inplace", "conv") if k in names]
+            for _ in range(self.rng.randint(1, 3)):
+                getattr(self, self.rng.choice(prologue))()
         for _ in range(self.rng.randint(4, 12)):
             getattr(self, self.rng.choices(names, weights)[0])()
         outputs = self.outputs()
@@ -600,6 +620,9 @@ class ModelWriter:
     def outputs(self) -> list[str]:
         candidates = [v for v in self.vars[1:]] or self.vars
         picked = candidates[-1:] + self.rng.sample(candidates[:-1], min(len(candidates) - 1, self.rng.randint(0, 2)))
+        fixed = [v for v in self.vars if v.fixed and v not in picked]
+        if fixed and self.rng.random() < 0.4:
+            picked.append(self.rng.choice(fixed))  # a folded value returned: callers may write to it
         return [v.name for v in picked]
 
     def input_shapes(self) -> list[tuple[int, ...]]:

@@ -126,8 +126,9 @@ NOISY = """
 
 
 def test_pair_input_written_between_the_two_convs(harness: Path, tmp_path: Path) -> None:
-    # Generated model 20 (seeds 0-79): the 1x1 conv's input is written in place before the depthwise conv runs;
-    # the fused pair ran both convs at the depthwise one and read the written input. Fixed in 61bc9c5.
+    # Found as generated model 20 (generator of d571f40): the 1x1 conv's input is written in place before the
+    # depthwise conv runs; the fused pair ran both convs at the depthwise one and read the written input.
+    # Fixed in 61bc9c5.
     assert_agrees(check_source(tmp_path, """
         import torch
         from torch import nn
@@ -148,7 +149,7 @@ def test_pair_input_written_between_the_two_convs(harness: Path, tmp_path: Path)
 
 
 def test_residual_from_a_channels_last_site_is_returned_in_the_stock_layout(harness: Path, tmp_path: Path) -> None:
-    # Generated models 115, 153 and 168: a conv's result is only the residual of another conv's fused add, so the
+    # Found as generated models 115, 153 and 168 (d571f40; 141 and 153 since): a conv's result is only the residual of another conv's fused add, so the
     # stage makes it channels_last; the add's site keeps its generated kernels for this shape (faster), whose
     # add follows its first operand's layout, and the model returns a channels_last tensor where the stock
     # runtime returns a contiguous one.
@@ -167,3 +168,76 @@ def test_residual_from_a_channels_last_site_is_returned_in_the_stock_layout(harn
                 y = self.first(x)
                 return (y + self.second(x),)
         """, "ResidualFromSite", SHAPES_3))
+
+
+# --- the stage's known hazards, each in its smallest form (they agree on this build: kept so they stay fixed)
+
+
+def test_noise_drawn_with_sizes_only_is_fresh_on_every_run(harness: Path, tmp_path: Path) -> None:
+    # aten::randn takes no Generator in the bytecode and its sizes are fixed: it must not be folded.
+    results = check_source(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class SizedNoise(nn.Module):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+                return (x + torch.randn(x.size()),)
+        """, "SizedNoise", SHAPES_3)
+    assert all(r.random for r in results)
+    assert_agrees(results)
+
+
+@pytest.mark.parametrize("holder", ["p = (c, x)\n                p[0]", "p = list([c])\n                p[0]"],
+                         ids=["tuple", "copied_list"])
+def test_a_fixed_value_written_through_a_container_is_not_folded(harness: Path, tmp_path: Path, holder: str) -> None:
+    # The write reaches the value through prim::TupleIndex or aten::list.t and __getitem__: folded, the remembered
+    # tensor would grow by one on every run.
+    assert_agrees(check_source(tmp_path, f"""
+        import torch
+        from torch import nn
+
+
+        class FixedWritten(nn.Module):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+                c = torch.full([x.size(0), 3, x.size(2), x.size(3)], 0.5)
+                {holder}.add_(1.0)
+                return (x + c,)
+        """, "FixedWritten", SHAPES_3))
+
+
+def test_a_returned_folded_value_may_be_written_by_concurrent_callers(harness: Path, tmp_path: Path) -> None:
+    # The harness overwrites every output once compared, from 4 threads at once: a remembered tensor handed out
+    # uncloned to one of them would show in the others' next runs.
+    assert_agrees(check_source(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class FoldedReturned(nn.Module):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                c = torch.arange(x.size(3)).to(torch.float32) * 0.125
+                return (x + c, c)
+        """, "FoldedReturned", SHAPES_3))
+
+
+def test_a_reshape_of_a_conv_result_written_in_place(harness: Path, tmp_path: Path) -> None:
+    # reshape is a view of a contiguous tensor and a copy of a channels_last one: the write must reach the conv's
+    # result as it does in the stock layout.
+    assert_agrees(check_source(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class ReshapeWritten(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, padding=1)
+                self.next = nn.Conv2d(8, 8, 3, padding=1)
+
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+                y = self.conv(x)
+                r = y.reshape([y.size(0), -1])
+                r.mul_(0.5)
+                return (self.next(y),)
+        """, "ReshapeWritten", SHAPES_3))

@@ -16,6 +16,9 @@
 // the reference (fresh noise on every run, none folded into a constant); outputs the noise does not reach are
 // compared by value as above.
 //
+// Every output is overwritten once compared (a caller may write to what it gets), so a tensor the stage hands
+// out and still holds (a folded value) shows as a disagreement in the runs after.
+//
 // Prints one JSON line: {"model", "random", "inputs", "runs", "comparisons", "disagreements", "details": [the
 // first few], "error"}. Exit 0 when every comparison agrees, 1 on a disagreement, 2 on a usage error, 3 when a
 // model fails to load or the reference run fails (the model itself is at fault, not the stage).
@@ -23,10 +26,11 @@
 #include <lightweight_dispatch/runtime.h>
 
 #include <ATen/ops/equal.h>
-#include <ATen/ops/ne.h>
+#include <c10/core/InferenceMode.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -136,11 +140,17 @@ std::string difference(const at::Tensor& actual, const at::Tensor& expected) {
   return stride_difference(actual, expected);
 }
 
+// A dense copy's bytes (NaNs compare equal to themselves this way); clone computes strides afresh, where
+// contiguous() keeps the stride of a dimension of size 1.
+at::Tensor bytes_of(const at::Tensor& t) {
+  return t.clone(at::MemoryFormat::Contiguous).reshape({-1}).view(at::kByte);
+}
+
 bool any_difference(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes())) {
     return true;
   }
-  return !at::equal(a.contiguous().view(at::kByte), b.contiguous().view(at::kByte));
+  return !at::equal(bytes_of(a), bytes_of(b));
 }
 
 // What the reference gives for one input: its outputs, and for a random model which outputs change between two
@@ -165,6 +175,22 @@ std::vector<c10::IValue> copy_inputs(const std::vector<c10::IValue>& inputs) {
 
 std::vector<at::Tensor> run(const ld::Model& model, const std::vector<c10::IValue>& inputs) {
   return ld::flatten_outputs(model.forward(copy_inputs(inputs)));
+}
+
+// A caller may do as it likes with what a run returns: once compared, every output is overwritten with NaNs, so
+// that a tensor the stage still holds (a folded value handed out uncloned) shows in the runs after. Outputs the
+// write does not take (an expanded tensor, an integer one) are left alone.
+void scribble_on(const std::vector<at::Tensor>& outputs) {
+  c10::InferenceMode guard; // the outputs are inference tensors
+  for (const at::Tensor& t : outputs) {
+    if (!t.is_floating_point()) {
+      continue;
+    }
+    try {
+      t.fill_(std::numeric_limits<double>::quiet_NaN());
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 class Check {
@@ -346,6 +372,8 @@ class Check {
         tally_.disagree(output, what);
       }
     }
+    scribble_on(first);
+    scribble_on(second);
   }
 
   std::string model_path_;
