@@ -112,8 +112,10 @@ struct LoadOptions {
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
   // with a directly following relu, hardtanh (ReLU6) or residual add fused in (and a 1x1 conv with the
   // depthwise conv it alone feeds), channels_last where a result only
-  // feeds other such sites; each shape is checked once against the generated kernels (and raced against them
-  // when the call is cheap). Off: every site runs its generated kernel, bit for bit the stock kernels' results.
+  // feeds other such sites; each shape is checked once against the generated kernels, on a seeded probe input
+  // and on the call's own tensors (and raced against them when the call is cheap). Calls of operators that are
+  // not deterministic (nondeterministic_seeded: randn, dropout, ...) are never folded. Off: every site runs its
+  // generated kernel, bit for bit the stock kernels' results.
   bool specialize = true;
   // When the bind-time stage compiles a site's kernel for a new input shape.
   Preparation preparation = Preparation::Background;
