@@ -750,10 +750,16 @@ def run_harness(model_path: Path, inputs: list[Path], variant: str, reference: P
     if reference is not None:
         command += ["--reference", str(reference)]
     env = dict(os.environ, OMP_NUM_THREADS="1")  # the caller threads are the parallelism under test
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=HARNESS_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return HarnessResult(variant, error=f"differential_check timed out after {HARNESS_TIMEOUT_S:.0f} s")
+    for attempt in range(3):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=HARNESS_TIMEOUT_S, env=env)
+            break
+        except subprocess.TimeoutExpired:
+            return HarnessResult(variant, error=f"differential_check timed out after {HARNESS_TIMEOUT_S:.0f} s")
+        except OSError as e:  # the binary being relinked by a build beside us: wait for it
+            if attempt == 2:
+                return HarnessResult(variant, error=f"cannot run {harness}: {e}")
+            time.sleep(10)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         return HarnessResult(variant, error=f"differential_check exited {done.returncode} without a report: "
@@ -858,6 +864,87 @@ def run_many(seeds: list[int], jobs: int, keep_dir: Path | None, progress: bool 
     return summary
 
 
+# --- reducing a disagreement
+
+
+def disagreement_kind(detail: str) -> str:
+    """What a disagreement is, whatever the input and output it was seen on."""
+    for kind in ("strides", "raised", "failed to load", "gave the same values", "runs on the same input differ",
+                 "outputs, the reference's", "differs"):
+        if kind in detail:
+            return kind
+    return "other"
+
+
+def disagrees(model: GeneratedModel, directory: Path, ops: frozenset[str], variant: str, kind: str) -> bool:
+    """Whether `model` still shows a disagreement of `kind` in `variant` (False if it no longer scripts or runs)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        exported = export(model, directory, ops)
+    except (Rejected, GeneratorFailure):
+        return False
+    result = run_harness(exported.variants[variant], exported.inputs, variant, threads=caller_threads(model))
+    return not result.error and any(disagreement_kind(d) == kind for d in result.details)
+
+
+def reduce_model(model: GeneratedModel, ops: frozenset[str], variant: str, kind: str) -> GeneratedModel:
+    """The model with every line of its source deleted, one at a time, that the disagreement survives without,
+    and every output it survives without (a model that no longer scripts or runs does not count)."""
+    directory = Path(tempfile.mkdtemp(prefix="differential_reduce_"))
+    try:
+        lines = model.source.splitlines()
+        changed = True
+        while changed:
+            changed = False
+            for i in reversed(range(len(lines))):
+                line = lines[i].strip()
+                if line.startswith("return ("):
+                    names = [n.strip() for n in line[len("return ("):-len(",)")].split(",")]
+                    for name in list(names):
+                        if len(names) == 1:
+                            break
+                        kept = [n for n in names if n != name]
+                        trial = lines[:i] + [lines[i].replace(line, f"return ({', '.join(kept)},)")] + lines[i + 1:]
+                        candidate = with_source(model, trial, len(kept))
+                        if disagrees(candidate, directory, ops, variant, kind):
+                            lines, names, changed = candidate.source.splitlines(), kept, True
+                    continue
+                if not line.startswith("self.") and "=" not in line and not line.endswith(")"):
+                    continue  # class and def lines, imports
+                trial = lines[:i] + lines[i + 1:]
+                if disagrees(with_source(model, trial), directory, ops, variant, kind):
+                    lines, changed = trial, True
+        return with_source(model, lines)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def with_source(model: GeneratedModel, lines: list[str], outputs: int | None = None) -> GeneratedModel:
+    source = "\n".join(lines) + "\n"
+    if outputs is not None:  # forward's return annotation follows the outputs
+        import re
+
+        source = re.sub(r"-> tuple\[[^\]]*\]:", f"-> tuple[{', '.join(['torch.Tensor'] * outputs)}]:", source)
+    return GeneratedModel(model.seed, model.class_name, source, model.input_shapes, model.features)
+
+
+def reduce_seed(seed: int, ops: frozenset[str]) -> str:
+    """The smallest model of `seed`'s that still disagrees as `seed`'s does, as source; "" if it agrees."""
+    model = generate(seed, ops)
+    directory = Path(tempfile.mkdtemp(prefix=f"differential_{seed}_"))
+    try:
+        exported = export(model, directory, ops)
+        for variant, path in exported.variants.items():
+            result = run_harness(path, exported.inputs, variant, threads=caller_threads(model))
+            if result.disagreements:
+                kind = disagreement_kind(result.details[0])
+                reduced = reduce_model(model, ops, variant, kind)
+                return f"# {variant}: {kind}: {result.details[0]}\n{reduced.source}"
+        return ""
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python tests/differential_models.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -868,6 +955,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where failing models are kept with their source and inputs "
                              "(default build/differential_failures)")
     parser.add_argument("--show", type=int, metavar="SEED", help="print the source of SEED's model and exit")
+    parser.add_argument("--reduce", type=int, metavar="SEED",
+                        help="reduce SEED's disagreeing model line by line to the smallest that disagrees alike, "
+                             "print its source and exit")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return parser.parse_args(argv)
 
@@ -880,6 +970,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.show is not None:
         print(generate(args.show, available_ops()).source, end="")
         return 0
+    if args.reduce is not None:
+        reduced = reduce_seed(args.reduce, available_ops())
+        print(reduced or f"model {args.reduce} agrees: nothing to reduce", end="")
+        return 0 if reduced else 1
     seeds = list(range(args.first_seed, args.first_seed + args.count))
     summary = run_many(seeds, args.jobs, args.keep_dir, progress=not args.json)
     if args.json:
