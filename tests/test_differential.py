@@ -150,9 +150,9 @@ def test_pair_input_written_between_the_two_convs(harness: Path, tmp_path: Path)
 
 def test_residual_from_a_channels_last_site_is_returned_in_the_stock_layout(harness: Path, tmp_path: Path) -> None:
     # Found as generated models 115, 153, 168 (d571f40), 141, 1048, 1495 (since): a conv's result is only the
-    # residual of another conv's fused add, so the stage makes it channels_last; the add's site keeps its generated kernels for this shape (faster), whose
-    # add follows its first operand's layout, and the model returns a channels_last tensor where the stock
-    # runtime returns a contiguous one.
+    # residual of another conv's fused add, so the stage makes it channels_last; the add's site keeps its generated
+    # kernels for this shape (faster), whose add follows its first operand's layout, and the model returns a
+    # channels_last tensor where the stock runtime returns a contiguous one.
     assert_agrees(check_source(tmp_path, """
         import torch
         from torch import nn
