@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +45,18 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// TEST ONLY. LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv makes the worker die by SIGSEGV just before it runs the
+// model, where a damaged file would crash a LibTorch kernel: tests/test_reliability.py uses it to check the crash
+// guard end to end, because the file checks refuse every damaged file known to crash LibTorch. No model file or
+// option can reach this; only that exact variable and value do.
+void crash_if_a_test_asks() {
+  const char* crash = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH");
+  if (crash != nullptr && std::string(crash) == "segv") {
+    std::signal(SIGSEGV, SIG_DFL); // death by the signal, whatever handler LibTorch may have installed
+    std::raise(SIGSEGV);
+  }
 }
 
 // MODEL.ptl -> MODEL<suffix>, the convention scripts/dump_ops.py writes inputs and references under.
@@ -299,6 +312,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.input_source = inputs.source;
 
   phase.enter(ld::Phase::Running);
+  crash_if_a_test_asks();
   const auto first_start = Clock::now();
   c10::IValue output = run_once(module, inputs.values);
   report.first_run_ms = ms_since(first_start);

@@ -274,19 +274,64 @@ def test_unwritable_save_outputs_path(predictor: Path, model_copy: Path, tmp_pat
 
 
 # --- crashes inside LibTorch become messages
-def test_a_crash_inside_libtorch_is_reported_not_suffered(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
-    # A constant tensor's storage record emptied (with a valid checksum): LibTorch reads past the buffer.
+def _emptied_storage_model(models_dir: Path, tmp_path: Path) -> Path:
+    """indexing.ptl with its first constant's storage record emptied and a valid checksum. The load checks pass it:
+    the tensor's storage size comes from the pickle, not from the record's length, so it fits its "data". A
+    kernel then reads past the empty buffer and LibTorch dies by SIGSEGV while running."""
     model = tmp_path / "indexing.ptl"
-    shutil.copy(models_dir / "indexing.ptl", model)
-    source = zipfile.ZipFile(io.BytesIO(model.read_bytes()))
+    source = zipfile.ZipFile(io.BytesIO((models_dir / "indexing.ptl").read_bytes()))
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
         for info in source.infolist():
             target.writestr(info.filename, b"" if info.filename.endswith("constants/0.storage") else source.read(info))
     model.write_bytes(out.getvalue())
+    return model
+
+
+def _guard_message(model: Path) -> str:
+    return (f"lite_predictor: error: {model}: LibTorch crashed (signal 11, Segmentation fault) while running this "
+            "model; the file is probably damaged or was not made by a compatible exporter")
+
+
+def test_a_crash_inside_libtorch_is_reported_not_suffered(predictor: Path, models_dir: Path, tmp_path: Path) -> None:
+    model = _emptied_storage_model(models_dir, tmp_path)
     run = run_predictor(predictor, model, "--input", models_dir / "indexing.inputs.pt")
-    assert run.returncode in (CANNOT_LOAD, RUN_FAILED), run.stderr
-    assert "lite_predictor: error:" in run.stderr
+    assert run.returncode == RUN_FAILED, (run.returncode, run.stderr)  # an exit code, not death by the signal
+    assert _guard_message(model) in run.stderr, run.stderr
+    assert run.stdout == ""  # the worker died before it could report
+
+
+def test_without_the_crash_guard_that_crash_kills_the_predictor(
+    predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    # --in-process runs the work without the guard: what the test above sees is the guard's doing.
+    model = _emptied_storage_model(models_dir, tmp_path)
+    run = run_predictor(predictor, model, "--input", models_dir / "indexing.inputs.pt", "--in-process")
+    assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stderr)
+    assert "LibTorch crashed" not in run.stderr
+
+
+def _run_with_test_only_crash(predictor: Path, models_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """lite_predictor with its test-only crash (main.cpp: LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv): the worker
+    dies by SIGSEGV just before it runs the (undamaged) model. It keeps the guard tested end to end should the
+    load checks come to refuse the damaged file above."""
+    env = {**os.environ, "LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH": "segv"}
+    return subprocess.run(
+        [str(predictor), str(models_dir / "indexing.ptl"), "--input", str(models_dir / "indexing.inputs.pt"), *flags],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )
+
+
+def test_a_worker_killed_by_a_signal_while_running_is_reported(predictor: Path, models_dir: Path) -> None:
+    run = _run_with_test_only_crash(predictor, models_dir)
+    assert run.returncode == RUN_FAILED, (run.returncode, run.stderr)
+    assert _guard_message(models_dir / "indexing.ptl") in run.stderr, run.stderr
+    assert run.stdout == ""
+
+
+def test_the_test_only_crash_kills_the_predictor_without_the_guard(predictor: Path, models_dir: Path) -> None:
+    run = _run_with_test_only_crash(predictor, models_dir, "--in-process")
+    assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stderr)
 
 
 # --- fuzzing: no death by signal, no hang
