@@ -9,7 +9,8 @@ latency_server.cpp, speaks it too):
 
 Any failure replies "error TYPE: MESSAGE" (its first line) and the server keeps serving. A mode may check the
 outputs of a key's first run against the model's expected outputs (the peers do: their exports could compute
-something else); a mismatch is an error reply, and the key is dropped.
+something else; so does bench_latency_server, against MODEL.expected.pt); a mismatch is an error reply, and the key
+is dropped.
 """
 from __future__ import annotations
 

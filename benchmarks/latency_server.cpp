@@ -3,16 +3,21 @@
 // the Python lite interpreter run for run. Times are taken here, around the forward pass only.
 //
 // One command per line on stdin, one reply per line on stdout:
-//   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static or dynamic; static includes binding)
+//   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static, static_plain or dynamic; static
+//                                                        includes binding; MODEL.expected.pt must lie beside)
 //   run KEY                             -> "ok MS"
 //   quit
-// Any failure replies "error MESSAGE" and the server keeps serving.
+// Any failure replies "error MESSAGE" and the server keeps serving. A key's first run is checked against
+// MODEL.expected.pt (eager PyTorch's outputs, written by scripts/dump_ops.py) within 1e-4 + 1e-4 x |expected|, as
+// the Python servers check theirs (latency_protocol.py): a mismatch replies "error OutputMismatch: ..." and drops
+// the key, so a mode that computes something else is reported as failed rather than timed.
 #include <benchmarks/bench_model.h>
 #include <lightweight_dispatch/values.h>
 
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -33,6 +38,10 @@ intra-op threads for the whole process (default: LibTorch's choice).
 
 using Clock = std::chrono::steady_clock;
 
+// latency_protocol.py's ATOL and RTOL.
+constexpr double kAtol = 1e-4;
+constexpr double kRtol = 1e-4;
+
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -40,7 +49,15 @@ double ms_since(Clock::time_point start) {
 struct Loaded {
   std::unique_ptr<ld::Model> model;
   std::vector<c10::IValue> inputs;
+  std::vector<at::Tensor> expected; // MODEL.expected.pt
+  bool checked = false;             // its first run's outputs were compared with `expected`
 };
+
+// MODEL.ptl -> MODEL.expected.pt beside it.
+std::string expected_path(const std::string& model_path) {
+  const std::filesystem::path path(model_path);
+  return (path.parent_path() / (path.stem().string() + ".expected.pt")).string();
+}
 
 class Server {
  public:
@@ -54,10 +71,13 @@ class Server {
       if (inputs_path.empty()) {
         return "error load expects KEY MODE MODEL.ptl INPUTS.pt";
       }
+      loaded_.erase(key);
       const auto start = Clock::now();
       auto model = bench::load_model(model_path, bench::parse_mode(mode));
       const double load_ms = ms_since(start);
-      loaded_.insert_or_assign(key, Loaded{std::move(model), bench::as_ivalues(ld::load_tensor_list(inputs_path))});
+      std::vector<at::Tensor> expected = ld::load_tensor_list(expected_path(model_path));
+      loaded_.insert_or_assign(
+          key, Loaded{std::move(model), bench::as_ivalues(ld::load_tensor_list(inputs_path)), std::move(expected)});
       return "ok " + std::to_string(load_ms);
     }
     if (command == "run") {
@@ -67,9 +87,20 @@ class Server {
       if (it == loaded_.end()) {
         return "error nothing loaded under '" + key + "'";
       }
+      Loaded& loaded = it->second;
       const auto start = Clock::now();
-      bench::run_once(*it->second.model, it->second.inputs);
-      return "ok " + std::to_string(ms_since(start));
+      const c10::IValue output = bench::run_once(*loaded.model, loaded.inputs);
+      const double run_ms = ms_since(start);
+      if (!loaded.checked) { // not timed
+        const ld::Comparison comparison =
+            ld::compare_outputs(ld::flatten_outputs(output), loaded.expected, kAtol, kRtol);
+        if (!comparison.match) {
+          loaded_.erase(it);
+          return "error OutputMismatch: " + comparison.mismatch.substr(0, comparison.mismatch.find('\n'));
+        }
+        loaded.checked = true;
+      }
+      return "ok " + std::to_string(run_ms);
     }
     return "error unknown command '" + command + "' (load, run, quit)";
   }

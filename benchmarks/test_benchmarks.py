@@ -309,6 +309,46 @@ def test_serve_checks_the_first_run_only_and_drops_a_key_whose_outputs_are_wrong
     assert replies[4] == "error OutputMismatch: output 0 differs" and replies[5] == "error KeyError: 'b'"
 
 
+def _ask_cpp_server(commands: list[str]) -> list[str]:
+    import subprocess
+
+    server = REPO_ROOT / "build" / "benchmarks" / "bench_latency_server"
+    assert server.is_file(), f"{server} is missing: ./build.sh test builds it (target bench_latency_server)"
+    done = subprocess.run([str(server), "--threads", "1"], input="".join(c + "\n" for c in [*commands, "quit"]),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_cpp_server_checks_its_first_outputs_and_drops_a_key_whose_outputs_are_wrong(tmp_path: Path) -> None:
+    import shutil
+
+    import torch
+
+    models = REPO_ROOT / "build" / "models"
+    for name in ("right", "wrong"):
+        shutil.copy(models / "arithmetic.ptl", tmp_path / f"{name}.ptl")
+    expected = list(torch.load(models / "arithmetic.expected.pt"))
+    torch.save(expected, tmp_path / "right.expected.pt")
+    torch.save([t + 1 if t.is_floating_point() else t for t in expected], tmp_path / "wrong.expected.pt")
+    inputs = models / "arithmetic.inputs.pt"
+    replies = _ask_cpp_server([f"load r static {tmp_path / 'right.ptl'} {inputs}", "run r", "run r",
+                               f"load w dynamic {tmp_path / 'wrong.ptl'} {inputs}", "run w", "run w"])
+    assert [r.split()[0] for r in replies] == ["ok", "ok", "ok", "ok", "error", "error"], replies
+    assert replies[4].startswith("error OutputMismatch: "), replies[4]
+    assert replies[5] == "error nothing loaded under 'w'"
+
+
+def test_the_cpp_server_refuses_a_model_without_expected_outputs(tmp_path: Path) -> None:
+    import shutil
+
+    models = REPO_ROOT / "build" / "models"
+    shutil.copy(models / "arithmetic.ptl", tmp_path / "alone.ptl")
+    replies = _ask_cpp_server([f"load a static {tmp_path / 'alone.ptl'} {models / 'arithmetic.inputs.pt'}", "run a"])
+    assert replies[0].startswith("error ") and "alone.expected.pt" in replies[0], replies
+    assert replies[1] == "error nothing loaded under 'a'"
+
+
 def test_serve_enters_the_context_around_each_run() -> None:
     import contextlib
 
