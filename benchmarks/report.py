@@ -164,6 +164,24 @@ def backend_cost_table(section: Section) -> list[str]:
     return _table(["micro model", "operator", "CPU only", "CPU;QuantizedCPU", "added by the check"], rows)
 
 
+def bind_time_table(section: Section) -> list[str]:
+    """benchmarks/bind_time_alone.py's figures: one row per model it ran."""
+    models = [f.name.split("/")[1] for f in section.figures if f.name.endswith("/static_ms")]
+    rows = []
+    for model in models:
+        def cell(figure: str, fmt: str = "{:,.0f}", model: str = model) -> str:
+            return _value(section, f"bind_time/{model}/{figure}", fmt)
+        kept = section.get(f"bind_time/{model}/kept_generated")
+        keeping = {0: "", 1: "; 1 keeps its generated kernels"}.get(kept, f"; {kept} keep their generated kernels")
+        kernels = f"{cell('kernels')} ({cell('calls_covered')} operator calls{keeping})"
+        rows.append([f"`{model}`", cell("static_ms", "{:.3f} ms"), cell("no_stage_ms", "{:.3f} ms"), kernels,
+                     cell("folded_calls"), cell("first_run_ms", "{:.1f} ms"), cell("background_wait_ms", "{:.0f} ms")])
+    if not rows:
+        return []
+    return _table(["model", "static, bind-time stage", "static, no stage", "kernels (calls they cover)", "folded calls",
+                   "first run", "background preparation"], rows)
+
+
 def targets_list(targets: list[Target]) -> list[str]:
     mark = {True: "met", False: "**missed**", None: "not judged"}
     return [f"- {mark[t.met]}: {t.name} ({t.detail})" for t in targets]
@@ -231,6 +249,15 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
         "static, binding):",
         "",
         *cold_table(latency),
+        "",
+        "### The bind-time stage run alone",
+        "",
+        "Each model in a fresh `lite_predictor --threads 1 --iters 200 --json` process, with the stage and with",
+        "`--no-specialize`, one after the other (nothing interleaved): medians of the 200 runs; the stage's kernels,",
+        "the operator calls they cover and those whose generated kernels served every call; folded calls; the first",
+        "run; and how long lite_predictor then waited for the background preparation (`benchmarks/bind_time_alone.py`):",
+        "",
+        *bind_time_table(sections.get("bind_time", Section())),
         "",
         "## 3. Size and build time of the generated code",
         "",

@@ -10,6 +10,7 @@
 2. latency: end-to-end medians, static vs dynamic vs Python eager vs Python lite vs the peers, ONNX Runtime and
             ExecuTorch + XNNPACK (in their own environment, build/peers_venv), interleaved, 1 and 2 threads;
             load and first inference
+   bind-time: the bind-time stage run alone, each model in lite_predictor with and without --no-specialize
 3. size:    object bytes and build time of the generated code, default selection vs --all-ops, and the
             predictor binary
 
@@ -32,10 +33,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import backend_cost, peers_env, per_op, report, size  # noqa: E402
+from benchmarks import backend_cost, bind_time_alone, peers_env, per_op, report, size  # noqa: E402
 from benchmarks.figures import Section, from_json  # noqa: E402
 
-BENCHMARKS = ("per-op", "backend-cost", "latency", "size")
+BENCHMARKS = ("per-op", "backend-cost", "latency", "bind-time", "size")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 out / "backend_cost", python, cmake)
         elif name == "latency":
             sections["latency"] = run_latency(args, out)
+        elif name == "bind-time":
+            sections["bind_time"] = bind_time_alone.measure(args.build_dir / "lite_predictor", args.build_dir / "models")
         else:
             sections["size"] = size.measure(args.build_dir, args.build_all_dir, args.rebuild_all_ops)
         timings[name] = round(time.perf_counter() - start, 1)

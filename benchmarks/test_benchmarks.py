@@ -445,3 +445,19 @@ def test_the_bind_time_stage_is_judged_against_plain_static_in_the_same_rounds()
     missing = Section()
     record_ratio_to_plain_static("m", 1, Samples(rounds=[{"static": 1.0}]), missing)
     assert missing.targets[0].met is None
+
+
+def test_the_bind_time_table_has_a_row_per_model_and_says_which_sites_keep_their_generated_kernels() -> None:
+    from benchmarks.bind_time_alone import record
+    from benchmarks.report import bind_time_table
+
+    section = Section()
+    sites = [{"fused": ["aten::linear", "aten::relu_"], "specialized_calls": 5},
+             {"fused": ["aten::linear"], "specialized_calls": 0}]
+    staged = {"median_ms": 0.86, "specialized_sites": sites, "folded_calls": [{}], "first_run_ms": 5.04,
+              "background_preparation": {"waited_ms": 15.2}}
+    record(section, "roi_head", staged, {"median_ms": 0.89})
+    table = bind_time_table(section)
+    assert len(table) == 3
+    assert table[2] == ("| `roi_head` | 0.860 ms | 0.890 ms | 2 (3 operator calls; 1 keeps its generated kernels) | 1 "
+                        "| 5.0 ms | 15 ms |")
