@@ -241,3 +241,28 @@ def test_a_reshape_of_a_conv_result_written_in_place(harness: Path, tmp_path: Pa
                 r.mul_(0.5)
                 return (self.next(y),)
         """, "ReshapeWritten", SHAPES_3))
+
+
+def test_a_write_through_flatten_reaches_a_residual_sum(harness: Path, tmp_path: Path) -> None:
+    # Found as generated model 100653 (the long run): the same channels_last residual, now with wrong values. The
+    # sum z of a conv and a channels_last residual comes out channels_last from the add site's generated kernels,
+    # so flatten copies it where the stock layout's flatten is a view, the write to that copy never reaches z,
+    # and the next conv reads z without it (max |difference| ~1.7).
+    assert_agrees(check_source(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class FlattenWritten(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = nn.Conv2d(3, 8, 3, padding=1)
+                self.second = nn.Conv2d(3, 8, 1)
+                self.third = nn.Conv2d(8, 8, 3, padding=1)
+
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+                y = self.first(x)
+                z = y + self.second(x)
+                torch.flatten(z, 1).sigmoid_()
+                return (self.third(z),)
+        """, "FlattenWritten", SHAPES_3))
