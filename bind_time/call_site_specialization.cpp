@@ -437,17 +437,22 @@ std::string runs_description(const std::vector<std::string>& fused) {
   return "static+fused(" + names + ")";
 }
 
-// The first site's input is the chain's; the last site's result is its result.
+// The first site's input is the chain's; the last site's result is its result. `channels_last`: per site, whether
+// its result is channels_last (the last site of a chain laid out before this one).
 ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_t last, const SiteDataflow& flow,
-    bool model_minds_layout) {
+    bool model_minds_layout, const std::vector<bool>& channels_last) {
   if (sites[last].op == SiteOp::Linear) {
     return ResultLayout::AsInput; // no channels to put last
   }
   if (flow.feeds_only_sites[last] || (flow.escapes_only_to_layout_free_ops[last] && !model_minds_layout)) {
     return ResultLayout::ChannelsLast;
   }
-  const int from = flow.input_from_site[first];
-  return from >= 0 && flow.feeds_only_sites[from] ? ResultLayout::Contiguous : ResultLayout::AsInput;
+  // An operand channels_last because a site made it so, where the stock kernels would have had it contiguous:
+  // the generated kernels would carry that layout into this result (an add takes its first operand's).
+  const auto made_channels_last = [&](int site) { return site >= 0 && channels_last[static_cast<size_t>(site)]; };
+  const int residual = sites[last].post_op == PostOp::Add ? flow.residual_from_site[last] : -1;
+  return made_channels_last(flow.input_from_site[first]) || made_channels_last(residual) ? ResultLayout::Contiguous
+                                                                                           : ResultLayout::AsInput;
 }
 
 // Whether writing an argument of this type writes only the container, never tensor data: a generic list (t[]:
@@ -613,9 +618,11 @@ std::shared_ptr<Specialization> specialize_call_sites(
     std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
     // Before any instruction is re-bound.
     const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of));
+    std::vector<bool> channels_last(sites.size(), false); // per site, as laid out so far
     for (const Chain& found : chains_of(code, sites, flow, schema_of)) {
       const std::vector<size_t>& chain = found.sites;
-      const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout);
+      const ResultLayout layout = layout_of(sites, chain.front(), chain.back(), flow, model_minds_layout, channels_last);
+      channels_last[chain.back()] = layout == ResultLayout::ChannelsLast;
       result->returns_channels_last_ |= layout == ResultLayout::ChannelsLast && !flow.feeds_only_sites[chain.back()];
       Specialization::Site entry;
       entry.report.function = function_name;

@@ -252,6 +252,7 @@ class SiteValueTracker {
       : code_(code), returns_of_(returns_of), writes_nothing_(writes_nothing), values_(code.register_size_, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
+    flow_.residual_from_site.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
     uses_.assign(sites.size(), 0);
     seen_elsewhere_.assign(sites.size(), false);
@@ -386,6 +387,7 @@ class SiteValueTracker {
       for (int value : inputs) {
         if (value != post->second) {
           use_by_site(value, -1);
+          flow_.residual_from_site[post->second] = value;
         }
       }
       values_.push(post->second);

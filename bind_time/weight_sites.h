@@ -86,6 +86,8 @@ struct SiteDataflow {
   std::vector<bool> feeds_only_sites;
   // Per site: the site whose result is its input, or -1 (a model input, another operator's result, unknown).
   std::vector<int> input_from_site;
+  // Per site with a fused add: the site whose result is the tensor it adds, or -1.
+  std::vector<int> residual_from_site;
   // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
   // saves and means the same in either layout (permute, a view in both; aten::append, a head collecting its maps;
   // reshape, a detection head rearranging them, only where nothing in the function writes: reshape may return a
