@@ -266,3 +266,29 @@ def test_a_write_through_flatten_reaches_a_residual_sum(harness: Path, tmp_path:
                 torch.flatten(z, 1).sigmoid_()
                 return (self.third(z),)
         """, "FlattenWritten", SHAPES_3))
+
+
+def test_a_site_fed_through_a_permute_round_trip_keeps_the_stock_layout(harness: Path, tmp_path: Path) -> None:
+    # Found as generated model 101001 (the long run), wrong values: the first conv's result only reaches a permute,
+    # so the stage makes it channels_last; permuted back it feeds the second conv, whose result takes its input's
+    # layout ("as its input": channels_last, where the stock runtime's is contiguous) and escapes to sigmoid and
+    # flatten. flatten copies a channels_last tensor where it views a contiguous one, so the write through it is
+    # lost (max |difference| 1, the added 1.0).
+    assert_agrees(check_source(tmp_path, """
+        import torch
+        from torch import nn
+
+
+        class PermutedBackThenFlattened(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = nn.Conv2d(3, 8, 3, padding=1)
+                self.second = nn.Conv2d(8, 8, 3, padding=1)
+
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+                y = self.first(x)
+                z = y.permute(0, 2, 3, 1).permute(0, 3, 1, 2)
+                w = torch.sigmoid(self.second(z))
+                torch.flatten(w, 1).add_(1.0)
+                return (w,)
+        """, "PermutedBackThenFlattened", SHAPES_3))
