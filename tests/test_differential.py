@@ -152,7 +152,7 @@ def test_residual_from_a_channels_last_site_is_returned_in_the_stock_layout(harn
     # Found as generated models 115, 153, 168 (d571f40), 141, 1048, 1495 (since): a conv's result is only the
     # residual of another conv's fused add, so the stage makes it channels_last; the add's site keeps its generated
     # kernels for this shape (faster), whose add follows its first operand's layout, and the model returns a
-    # channels_last tensor where the stock runtime returns a contiguous one.
+    # channels_last tensor where the stock runtime returns a contiguous one. Fixed in f368aa3.
     assert_agrees(check_source(tmp_path, """
         import torch
         from torch import nn
@@ -247,7 +247,7 @@ def test_a_write_through_flatten_reaches_a_residual_sum(harness: Path, tmp_path:
     # Found as generated model 100653 (the long run): the same channels_last residual, now with wrong values. The
     # sum z of a conv and a channels_last residual comes out channels_last from the add site's generated kernels,
     # so flatten copies it where the stock layout's flatten is a view, the write to that copy never reaches z,
-    # and the next conv reads z without it (max |difference| ~1.7).
+    # and the next conv reads z without it (max |difference| ~1.7). Fixed in f368aa3.
     assert_agrees(check_source(tmp_path, """
         import torch
         from torch import nn
