@@ -311,13 +311,15 @@ class SiteValueTracker {
       escaped_elsewhere_[value] = true;
     }
   }
-  // Takes a channels_last tensor at no more cost than the conv saves by producing it, with the same meaning: a
-  // permute (an SSD head's permute-reshape of a channels_last result is a view where the stock layout's is a
-  // copy), a list append (a detection head collecting its levels' maps), and where nothing writes, a reshape (a
-  // copy where the stock layout's may be a view, but cheaper than the conv's own reorder: SSD heads 0.28 -> 0.27
-  // ms, the larger one 1.84 -> 1.68).
+  // Takes a channels_last tensor at no more cost than the conv saves by producing it: a permute (an SSD head's
+  // permute-reshape of a channels_last result is a view where the stock layout's is a copy), a list append (a
+  // detection head collecting its levels' maps), a reshape (a copy where the stock layout's may be a view, but
+  // cheaper than the conv's own reorder: SSD heads 0.28 -> 0.27 ms, the larger one 1.84 -> 1.68). Only where
+  // nothing in the function writes a tensor: what these results reach is not traced, and a reshape or flatten
+  // of a channels_last tensor (or of anything computed from one) copies where the stock layout's views, so a
+  // write through it would no longer reach the value it came from.
   bool is_layout_free(const std::string& op) const {
-    return op == "aten::permute" || op == "aten::append.t" || (op == "aten::reshape" && writes_nothing_);
+    return writes_nothing_ && (op == "aten::permute" || op == "aten::append.t" || op == "aten::reshape");
   }
   // Reads no data: sizes are the same in any layout.
   static bool is_layout_neutral(const std::string& op) {

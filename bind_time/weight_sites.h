@@ -89,15 +89,15 @@ struct SiteDataflow {
   // Per site with a fused add: the site whose result is the tensor it adds, or -1.
   std::vector<int> residual_from_site;
   // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
-  // saves and means the same in either layout (permute, a view in both; aten::append, a head collecting its maps;
-  // reshape, a detection head rearranging them, only where nothing in the function writes: reshape may return a
-  // view, and of a channels_last tensor it returns a copy, which a later write through it would not reach past).
+  // saves (permute, reshape: a detection head rearranging its maps; aten::append, a head collecting them), in a
+  // function where nothing writes a tensor: what those results reach is not traced, and a reshape or flatten of
+  // a channels_last tensor copies where the stock layout's views, so a write through it would be lost.
   std::vector<bool> escapes_only_to_layout_free_ops;
   // Per site: the site whose input its result is, when that is its only use; or -1.
   std::vector<int> sole_consumer;
 };
 
-// `writes_nothing`: no instruction of the function may write a tensor (reshape is then layout-free).
+// `writes_nothing`: no instruction of the function may write a tensor (a result may then escape channels_last).
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
     const ReturnCount& returns_of, bool writes_nothing);
 
