@@ -285,7 +285,8 @@ class ModelWriter:
         out_f = self.rng.choice([4, 8, 16])
         m = self.submodule(f"nn.Linear({src.channels}, {out_f}, bias={self.rng.random() < 0.8})")
         g, name = self.fresh("g"), self.fresh()
-        pooled = self.rng.choice([f"{src.name}.mean([2, 3])", f"torch.flatten(F.adaptive_avg_pool2d({src.name}, 1), 1)"])
+        pooled = self.rng.choice(
+            [f"{src.name}.mean([2, 3])", f"torch.flatten(F.adaptive_avg_pool2d({src.name}, 1), 1)"])
         self.emit(f"{g} = {pooled}")
         self.emit(f"{name} = {self.activation(f'self.{m}({g})')}")
         self.features.add("linear")
@@ -313,7 +314,8 @@ class ModelWriter:
     def global_pool(self) -> None:
         src = self.pick_map()
         name = self.fresh()
-        self.emit(f"{name} = " + self.rng.choice([f"{src.name}.mean([2, 3], True)", f"F.adaptive_avg_pool2d({src.name}, 1)"]))
+        self.emit(f"{name} = " + self.rng.choice(
+            [f"{src.name}.mean([2, 3], True)", f"F.adaptive_avg_pool2d({src.name}, 1)"]))
         self.like(src, name, spatial="one")
 
     def unary(self) -> None:
@@ -428,13 +430,11 @@ class ModelWriter:
             self.emit(f"{name} = {lst}[{pick}] * 1.0")
             self.like(items[pick], name)
         else:
-            same_c = [v for v in items if v.channels == a.channels]
             self.emit(f"{name} = {a.name} * 0.0")
             self.emit(f"for e in {lst}:")
             self.emit(f"    if e.size(1) == {a.channels}:")
             self.emit(f"        {name} = {name} + e")
             self.features.add("loop")
-            del same_c
             self.like(a, name)
 
     def tuple_ops(self) -> None:
