@@ -273,7 +273,7 @@ def test_a_site_fed_through_a_permute_round_trip_keeps_the_stock_layout(harness:
     # so the stage makes it channels_last; permuted back it feeds the second conv, whose result takes its input's
     # layout ("as its input": channels_last, where the stock runtime's is contiguous) and escapes to sigmoid and
     # flatten. flatten copies a channels_last tensor where it views a contiguous one, so the write through it is
-    # lost (max |difference| 1, the added 1.0).
+    # lost (max |difference| 1, the added 1.0). Fixed in da42305.
     assert_agrees(check_source(tmp_path, """
         import torch
         from torch import nn
