@@ -109,6 +109,22 @@ Interpreter interpreter_of(const LoadOptions& options) {
 
 } // namespace
 
+namespace {
+
+// Whether any function of the model assigns an attribute (SET_ATTR).
+bool assigns_attributes(const torch::jit::mobile::Module& module) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    for (const auto& inst : function->get_code().instructions_) {
+      if (inst.op == torch::jit::SET_ATTR) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+} // namespace
+
 struct Model::Impl {
   // Constructed from the caller's options: a default LoadOptions here would call KernelLibrary::linked() in
   // the library and tie it to one generated kernel library.
@@ -130,6 +146,8 @@ struct Model::Impl {
   mutable std::map<std::string, std::unique_ptr<BytecodeInterpreter>> interpreters;
   const BytecodeInterpreter* forward_interpreter = nullptr; // prepared at load: runs take no lock
   std::optional<torch::jit::mobile::Method> forward_method;
+  bool writes_attributes = false; // some SET_ATTR in the bytecode: runs take attribute_writes_mutex
+  mutable std::mutex attribute_writes_mutex;
 
   // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
   c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
@@ -140,8 +158,13 @@ struct Model::Impl {
                                                                : module.get_method(method)(std::move(inputs));
   }
 
-  // A run of `method` by the caller: through the bind-time stage, when there is one.
+  // A run of `method` by the caller: through the bind-time stage, when there is one. One at a time for a model
+  // that writes its attributes: an object's slots are not safe to assign from several threads at once.
   c10::IValue run_for_caller(const std::string& method, std::vector<c10::IValue> inputs) const {
+    std::unique_lock<std::mutex> one_at_a_time(attribute_writes_mutex, std::defer_lock);
+    if (writes_attributes) {
+      one_at_a_time.lock();
+    }
     return stage ? stage->serve(method, std::move(inputs)) : run(method, std::move(inputs));
   }
 
@@ -177,6 +200,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   }
   auto impl = std::make_unique<Impl>(path, options);
   impl->module = load_module(path, options.dispatch, impl->timings);
+  impl->writes_attributes = assigns_attributes(impl->module);
   auto start = Clock::now();
   if (options.dispatch == Dispatch::Static) {
     const KernelIndex index(options.kernels.kernels);

@@ -168,7 +168,9 @@ class Model {
 
   // Runs forward (or another method) on its arguments after self, all of them (load_inputs fills defaults),
   // under c10::InferenceMode. Safe to call from several threads at once: binding is done at load and
-  // read-only afterwards. Throws InputError for a wrong number of arguments, RunError if the model fails.
+  // read-only afterwards; a model that assigns its attributes (SET_ATTR in its bytecode) runs one call at a
+  // time, since a module object's attributes cannot be assigned from several threads at once. Throws
+  // InputError for a wrong number of arguments, RunError if the model fails.
   c10::IValue forward(std::vector<c10::IValue> inputs) const;
   c10::IValue run_method(const std::string& method, std::vector<c10::IValue> inputs) const;
 
