@@ -680,12 +680,12 @@ c10::IValue Specialization::protect_folded(c10::IValue output) const {
   if (folded_.empty()) {
     return output;
   }
-  return clone_sharing(std::move(output), take_handed_out_storages());
+  return protect_from_handed_out(std::move(output));
 }
 
 void Specialization::forget_handed_out() const {
   if (!folded_.empty()) {
-    take_handed_out_storages();
+    lightweight_dispatch::forget_handed_out();
   }
 }
 

@@ -260,14 +260,6 @@ bool same_argument(const c10::IValue& a, const c10::IValue& b) {
   return false; // anything else (devices, dtypes as ints are ints): computed again
 }
 
-void collect_storages(const c10::IValue& value, std::set<const void*>& storages) {
-  for_each_tensor(value, [&](const at::Tensor& t) {
-    if (t.defined() && t.has_storage()) {
-      storages.insert(t.storage().unsafeGetStorageImpl());
-    }
-  });
-}
-
 } // namespace
 
 std::vector<size_t> find_foldable_calls(
@@ -277,19 +269,38 @@ std::vector<size_t> find_foldable_calls(
 
 namespace {
 
-// The storages of the remembered results handed to this thread's run (folded_values.h).
-thread_local std::set<const void*> handed_out;
+// The storages of the results folded calls handed to this thread's run (folded_values.h), in the order handed out
+// (a few dozen a run: a vector whose capacity stays, not a set that allocates a node per entry).
+thread_local std::vector<const void*> handed_out;
 
 void hand_out(const std::vector<c10::IValue>& outputs) {
   for (const c10::IValue& output : outputs) {
-    collect_storages(output, handed_out);
+    for_each_tensor(output, [](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) {
+        handed_out.push_back(t.storage().unsafeGetStorageImpl());
+      }
+    });
   }
 }
 
 } // namespace
 
-std::set<const void*> take_handed_out_storages() {
-  return std::exchange(handed_out, {});
+void forget_handed_out() {
+  handed_out.clear();
+}
+
+c10::IValue protect_from_handed_out(c10::IValue value) {
+  if (handed_out.empty()) {
+    return value;
+  }
+  value = map_tensors(std::move(value), [](const at::Tensor& t) {
+    const bool shares = t.defined() && t.has_storage() &&
+                        std::find(handed_out.begin(), handed_out.end(), t.storage().unsafeGetStorageImpl()) !=
+                            handed_out.end();
+    return shares ? t.clone() : t;
+  });
+  handed_out.clear();
+  return value;
 }
 
 void FoldedCall::operator()(torch::jit::Stack& stack) const {
@@ -332,13 +343,6 @@ int64_t FoldedCall::computed() const {
 int64_t FoldedCall::reused() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reused_;
-}
-
-c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages) {
-  return map_tensors(std::move(value), [&](const at::Tensor& t) {
-    const bool shares = t.defined() && t.has_storage() && storages.count(t.storage().unsafeGetStorageImpl()) != 0;
-    return shares ? t.clone() : t;
-  });
 }
 
 } // namespace lightweight_dispatch

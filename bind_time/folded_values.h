@@ -10,7 +10,8 @@
 // calls the operator. The remembered tensors are handed out again, so nothing may write to them: a function that
 // writes (an in-place or out= operator) to a fixed tensor or anything that may share its memory, or that makes
 // any tensor write or call another function past the traced part, folds nothing; what a run returns is cloned
-// where it shares memory with a remembered tensor (FoldedCalls::protect), so callers may do as they like with it.
+// where it shares memory with a result a folded call handed to that run (protect_from_handed_out), so callers may
+// do as they like with it.
 #pragma once
 
 #include <runtime/op_binding.h>
@@ -58,12 +59,13 @@ class FoldedCall {
   mutable int64_t computed_ = 0, reused_ = 0;
 };
 
-// The storages of every result a folded call handed to a run on this thread (remembered results reused, and
-// results it remembered, which later runs may be handed) since the last take: what the run returns must not share
-// them. Per thread, so that another run replacing a folded call's remembered results meanwhile changes nothing.
-std::set<const void*> take_handed_out_storages();
-
-// `value` with every tensor (through tuples, lists and dicts) that shares memory with one of `storages` cloned.
-c10::IValue clone_sharing(c10::IValue value, const std::set<const void*>& storages);
+// What a run returns must not share memory with any result a folded call handed to it (remembered results
+// reused, and results just remembered, which later runs may be handed): they are noted per thread, so another run
+// replacing a folded call's remembered results meanwhile changes nothing.
+// Forgets what was handed to this thread's runs so far (call before a run).
+void forget_handed_out();
+// `value` (a run's result, on the thread that ran it) with every tensor, through tuples, lists and dicts, that
+// shares memory with a result handed to the run cloned; then forgets them.
+c10::IValue protect_from_handed_out(c10::IValue value);
 
 } // namespace lightweight_dispatch
