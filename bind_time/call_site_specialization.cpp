@@ -455,13 +455,6 @@ ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_
                                                                                            : ResultLayout::AsInput;
 }
 
-// Whether writing an argument of this type writes only the container, never tensor data: a generic list (t[]:
-// append, insert, _set_item) or a dict. A Tensor[] written (an out= list) writes its tensors.
-bool writes_only_the_container(const c10::TypePtr& type) {
-  return type->kind() == c10::TypeKind::DictType ||
-         (type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() != c10::TypeKind::TensorType);
-}
-
 // Why instruction `pc` of `code` may write a tensor, or "" if it cannot: an operator that may write one of its
 // tensor arguments (operator_facts.h: in-place, out=, or unknown), or a call of another function.
 std::string why_it_may_write(const torch::jit::mobile::Code& code, size_t pc, const OperatorSchema& schema_of) {

@@ -39,10 +39,6 @@ bool returns_tensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
-bool is_container(const c10::TypePtr& type) {
-  return type->kind() == c10::TypeKind::ListType || type->kind() == c10::TypeKind::DictType;
-}
-
 // The symbolic run. A value is an object (LOAD copies the reference, as the interpreter does): what is known
 // of each object is whether it is fixed, whether it may share memory with a fixed tensor, and whether it may be
 // the very object another run sees (a constant, a remembered result).
@@ -145,7 +141,7 @@ class FoldTracker {
       const Object& input = object(inputs[i]);
       if (may_write_argument(*schema, facts, i)) {
         writes = true;
-        const bool container = i < schema->arguments().size() && is_container(schema->arguments()[i].type());
+        const bool container = i < schema->arguments().size() && writes_only_the_container(schema->arguments()[i].type());
         if (input.shared || (!container && touches_fixed(inputs[i]))) {
           unsafe_ = true; // a remembered or constant object, or the fixed data, would change under its copies
         } else if (container) {
@@ -204,7 +200,7 @@ class FoldTracker {
       const OperatorFacts facts = operator_facts(*schema);
       const size_t given = inst.op == opcode::OPN ? static_cast<size_t>(inst.N) : schema->arguments().size();
       for (size_t i = 0; i < std::max(given, schema->arguments().size()); ++i) {
-        const bool container = i < schema->arguments().size() && is_container(schema->arguments()[i].type());
+        const bool container = i < schema->arguments().size() && writes_only_the_container(schema->arguments()[i].type());
         if (may_write_argument(*schema, facts, i) && (!container || folds_containers_)) {
           return false;
         }

@@ -101,6 +101,11 @@ bool may_write_argument(const c10::FunctionSchema& schema, const OperatorFacts& 
   return alias != nullptr && alias->isWrite();
 }
 
+bool writes_only_the_container(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::DictType ||
+         (type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() != c10::TypeKind::TensorType);
+}
+
 bool result_may_alias_arguments(const c10::FunctionSchema& schema, const OperatorFacts& facts, size_t result) {
   if (facts.may_alias_or_write_anything || facts.may_return_argument) {
     return true;

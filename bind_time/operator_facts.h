@@ -40,6 +40,10 @@ OperatorFacts operator_facts(const c10::FunctionSchema& schema);
 // the operator may write anything.
 bool may_write_argument(const c10::FunctionSchema& schema, const OperatorFacts& facts, size_t index);
 
+// Whether writing an argument of this type writes only the container, never tensor data: a generic list (t[]:
+// append, insert, _set_item) or a dict. A Tensor[] written (an out= list) writes its tensors.
+bool writes_only_the_container(const c10::TypePtr& type);
+
 // Whether a result of the operator may share memory with one of its arguments: declared as an alias, a result
 // that holds other values (a list, tuple, dict, optional or any type: what it holds may be an argument, as
 // prim::TupleIndex's and aten::list's results are), or an operator whose facts say so.
