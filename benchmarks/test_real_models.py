@@ -89,13 +89,13 @@ def test_the_unfrozen_classifier_keeps_batch_norm_and_the_frozen_one_folds_it(tm
 def test_the_quantized_model_is_quantized_and_ort_has_its_own_int8_model(tmp_path: Path) -> None:
     from tools.model_ops import ops_of_lite_model_file
 
-    done = _export(tmp_path, "quantized_mobilenet_v2")  # its .pte is refused at once
+    done = _export(tmp_path, "mobilenet_v2_int8")  # its .pte is refused at once
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "quantized::conv2d_relu.new" in ops_of_lite_model_file(tmp_path / "quantized_mobilenet_v2.ptl")
-    manifest = json.loads((tmp_path / "manifest.json").read_text())["models"]["quantized_mobilenet_v2"]
+    assert "quantized::conv2d_relu.new" in ops_of_lite_model_file(tmp_path / "mobilenet_v2_int8.ptl")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())["models"]["mobilenet_v2_int8"]
     assert manifest["checks"]["onnx_float"] == "ok" and "pte" in manifest["skipped"]
     # Two calibrations of the same float network: a few output steps apart, not more.
     assert manifest["notes"]["ort_int8_vs_torch_int8_steps"] < 4
     step = manifest["atol"] - 1e-4
-    (got,) = _lite_outputs(tmp_path / "quantized_mobilenet_v2.ptl")
-    assert (got - torch.load(tmp_path / "quantized_mobilenet_v2.expected.pt")[0]).abs().max() <= step * 1.001
+    (got,) = _lite_outputs(tmp_path / "mobilenet_v2_int8.ptl")
+    assert (got - torch.load(tmp_path / "mobilenet_v2_int8.expected.pt")[0]).abs().max() <= step * 1.001
