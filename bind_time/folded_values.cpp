@@ -3,6 +3,7 @@
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <bind_time/symbolic_stack.h>
+#include <runtime/bytecode_interpreter.h>
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -60,6 +62,23 @@ class FoldTracker {
     return std::move(foldable_);
   }
 
+  // Why a run may write a constant, or what may share its memory; "" if the trace proves it cannot.
+  std::string why_a_constant_may_be_written() && {
+    size_t pc = 0;
+    for (; pc < code_.instructions_.size() && !unsafe_; ++pc) {
+      if (!step(pc, code_.instructions_[pc])) {
+        break;
+      }
+    }
+    if (unsafe_) {
+      return unsafe_because_;
+    }
+    if (!remainder_is_safe(pc)) {
+      return "past instruction " + std::to_string(pc) + ", where the trace stops, " + remainder_because_;
+    }
+    return "";
+  }
+
  private:
   struct Object {
     bool fixed = false;
@@ -78,6 +97,8 @@ class FoldTracker {
   bool touches_fixed(int id) {
     return object(id).fixed || object(id).aliases_fixed;
   }
+
+
 
   bool step(size_t pc, const Instruction& inst) {
     try {
@@ -104,6 +125,20 @@ class FoldTracker {
           }
           return true;
         }
+        case opcode::DIM:
+          values_.pop();
+          values_.push(make({true, false, false})); // a size
+          return true;
+        case opcode::FORMAT: // a new string
+          values_.pop(static_cast<size_t>(inst.X));
+          values_.push(kUnknown);
+          return true;
+        case opcode::JF:
+          return raising_block_.enter(code_, pc, values_);
+        case opcode::JMP:
+          return raising_block_.steps_over(pc);
+        case opcode::RAISE_EXCEPTION:
+          return raising_block_.leave(pc, values_);
         default:
           return false; // jumps, calls, attributes, tuple indexing ...: the trace stops here
       }
@@ -139,18 +174,27 @@ class FoldTracker {
     std::vector<int> written_containers;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Object& input = object(inputs[i]);
+      const bool declared = i < schema->arguments().size();
+      if (declared && is_immutable_value(schema->arguments()[i].type())) {
+        all_fixed = all_fixed && input.fixed; // a number: nothing can write it, nothing shares memory with it
+        continue;
+      }
       if (may_write_argument(*schema, facts, i)) {
         writes = true;
         const bool container = i < schema->arguments().size() && writes_only_the_container(schema->arguments()[i].type());
         if (input.shared || (!container && touches_fixed(inputs[i]))) {
           unsafe_ = true; // a remembered or constant object, or the fixed data, would change under its copies
+          unsafe_because_ = name + " at instruction " + std::to_string(pc) + " may write argument " +
+                            std::to_string(i) + ", which may be or share memory with a constant";
         } else if (container) {
           written_containers.push_back(inputs[i]); // a fresh list or dict of this run: it may now hold the others
         }
       }
       all_fixed = all_fixed && input.fixed;
-      any_touches = any_touches || touches_fixed(inputs[i]);
-      any_shared = any_shared || input.shared;
+      if (!declared || can_hold_tensor(schema->arguments()[i].type())) { // an int[] shares no tensor's memory
+        any_touches = any_touches || touches_fixed(inputs[i]);
+        any_shared = any_shared || input.shared;
+      }
     }
     const bool fixed = reads_only_shape(name) || (all_fixed && !writes && facts.deterministic);
     const bool folded = fixed && !reads_only_shape(name) && returns_tensors(*schema) && skipped_.count(pc) == 0;
@@ -187,21 +231,27 @@ class FoldTracker {
   bool remainder_is_safe(size_t from) const {
     for (size_t pc = from; pc < code_.instructions_.size(); ++pc) {
       const Instruction& inst = code_.instructions_[pc];
+      const std::string at = " at instruction " + std::to_string(pc);
       if (inst.op == opcode::CALL || inst.op == opcode::INTERFACE_CALL || inst.op == opcode::SET_ATTR) {
+        remainder_because_ = std::string(opcode_name(inst.op)) + at + " may write anything";
         return false;
       }
       if (inst.op != opcode::OP && inst.op != opcode::OPN) {
         continue;
       }
-      const c10::FunctionSchema* schema = schema_of_(op_display_name(code_.op_names_[inst.X]));
+      const std::string name = op_display_name(code_.op_names_[inst.X]);
+      const c10::FunctionSchema* schema = schema_of_(name);
       if (schema == nullptr) {
+        remainder_because_ = name + at + " has no known schema";
         return false;
       }
       const OperatorFacts facts = operator_facts(*schema);
       const size_t given = inst.op == opcode::OPN ? static_cast<size_t>(inst.N) : schema->arguments().size();
       for (size_t i = 0; i < std::max(given, schema->arguments().size()); ++i) {
         const bool container = i < schema->arguments().size() && writes_only_the_container(schema->arguments()[i].type());
-        if (may_write_argument(*schema, facts, i) && (!container || folds_containers_)) {
+        const bool immutable = i < schema->arguments().size() && is_immutable_value(schema->arguments()[i].type());
+        if (may_write_argument(*schema, facts, i) && !immutable && (!container || folds_containers_)) {
+          remainder_because_ = name + at + " may write argument " + std::to_string(i);
           return false;
         }
       }
@@ -214,9 +264,12 @@ class FoldTracker {
   const std::set<size_t>& skipped_;
   std::vector<Object> objects_{Object{}};
   SymbolicStack values_; // each value: an object of objects_
+  RaisingBlockPassage raising_block_;
   std::vector<size_t> foldable_;
   bool folds_containers_ = false; // some folded call returns a list: its remembered list is handed out
   bool unsafe_ = false;
+  std::string unsafe_because_;
+  mutable std::string remainder_because_;
 };
 
 bool same_argument(const c10::IValue& a, const c10::IValue& b);
@@ -261,6 +314,11 @@ bool same_argument(const c10::IValue& a, const c10::IValue& b) {
 std::vector<size_t> find_foldable_calls(
     const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped) {
   return FoldTracker(code, schema_of, skipped).run();
+}
+
+std::string why_a_constant_may_be_written(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of) {
+  const std::set<size_t> none;
+  return FoldTracker(code, schema_of, none).why_a_constant_may_be_written();
 }
 
 namespace {

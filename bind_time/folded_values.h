@@ -35,6 +35,10 @@ namespace lightweight_dispatch {
 std::vector<size_t> find_foldable_calls(
     const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const std::set<size_t>& skipped);
 
+// Why a run of `code` may write one of its constants, or anything that may share memory with one (the same
+// trace); "" when it cannot. Bind-time freezing (attribute_freezing.h) asks this of every rewritten function.
+std::string why_a_constant_may_be_written(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of);
+
 // The kernel a folded call is re-bound to.
 class FoldedCall {
  public:

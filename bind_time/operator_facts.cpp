@@ -106,6 +106,36 @@ bool writes_only_the_container(const c10::TypePtr& type) {
          (type->kind() == c10::TypeKind::ListType && type->containedType(0)->kind() != c10::TypeKind::TensorType);
 }
 
+bool is_immutable_value(const c10::TypePtr& type) {
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::StringType:
+    case c10::TypeKind::NumberType:
+    case c10::TypeKind::DeviceObjType:
+    case c10::TypeKind::NoneType:
+    case c10::TypeKind::ScalarTypeType:
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType:
+      return true;
+    case c10::TypeKind::OptionalType:
+      return is_immutable_value(type->containedType(0));
+    default:
+      return false;
+  }
+}
+
+bool can_hold_tensor(const c10::TypePtr& type) {
+  if (is_immutable_value(type)) {
+    return false;
+  }
+  if (type->kind() == c10::TypeKind::ListType || type->kind() == c10::TypeKind::OptionalType) {
+    return can_hold_tensor(type->containedType(0));
+  }
+  return true;
+}
+
 bool result_may_alias_arguments(const c10::FunctionSchema& schema, const OperatorFacts& facts, size_t result) {
   if (facts.may_alias_or_write_anything || facts.may_return_argument) {
     return true;

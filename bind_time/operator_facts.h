@@ -44,6 +44,14 @@ bool may_write_argument(const c10::FunctionSchema& schema, const OperatorFacts& 
 // append, insert, _set_item) or a dict. A Tensor[] written (an out= list) writes its tensors.
 bool writes_only_the_container(const c10::TypePtr& type);
 
+// Whether a value of this type can never be written: a number, bool, string, device, dtype, None, or an optional
+// one. Writing "such an argument" (an operator that may write anything) writes nothing there.
+bool is_immutable_value(const c10::TypePtr& type);
+
+// Whether a value of this type may be or hold a tensor: not an immutable value, nor a list or optional of them
+// (an int[]). A result cannot share memory with an argument that cannot.
+bool can_hold_tensor(const c10::TypePtr& type);
+
 // Whether a result of the operator may share memory with one of its arguments: declared as an alias, a result
 // that holds other values (a list, tuple, dict, optional or any type: what it holds may be an argument, as
 // prim::TupleIndex's and aten::list's results are), or an operator whose facts say so.

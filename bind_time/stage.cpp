@@ -1,5 +1,6 @@
 #include <bind_time/stage.h>
 
+#include <bind_time/attribute_freezing.h>
 #include <bind_time/background_preparation.h>
 #include <bind_time/call_site_specialization.h>
 #include <bind_time/preparation_run.h>
@@ -12,6 +13,7 @@ std::unique_ptr<Stage> Stage::offer(
     torch::jit::mobile::Module& module, const OperatorSchema& schema_of, Preparation preparation, MethodRun run) {
   std::unique_ptr<Stage> stage(new Stage());
   stage->run_ = std::move(run);
+  stage->freezing_ = freeze_attributes(module, schema_of); // first: the other rewrites then see constants
   bool background = preparation == Preparation::Background;
   if (background) {
     stage->first_call_because_ = why_a_preparation_run_would_show(module, schema_of);

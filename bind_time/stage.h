@@ -53,6 +53,9 @@ class Stage {
   // Returns once no background preparation run is running.
   void wait_for_kernels() const;
   BackgroundPreparationStatus background_preparation() const;
+  const AttributeFreezingReport& attribute_freezing() const {
+    return freezing_;
+  }
 
  private:
   Stage() = default;
@@ -61,6 +64,7 @@ class Stage {
   std::shared_ptr<Specialization> specialization_;
   std::unique_ptr<BackgroundPreparer> preparer_; // Preparation::Background, with sites to prepare
   std::string first_call_because_; // Background asked for, but a preparation run would show: why
+  AttributeFreezingReport freezing_;
 };
 
 } // namespace lightweight_dispatch

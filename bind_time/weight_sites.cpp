@@ -7,6 +7,7 @@
 
 #include <map>
 #include <set>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -333,6 +334,8 @@ class SiteValueTracker {
       flow_.sole_consumer[value] = consumer;
     }
   }
+
+
   // One instruction's effect; false where the trace stops.
   bool step(size_t pc, const Instruction& inst) {
     try {
@@ -355,6 +358,18 @@ class SiteValueTracker {
         case opcode::LIST_CONSTRUCT:
         case opcode::DICT_CONSTRUCT:
           return construct(static_cast<size_t>(inst.N));
+        case opcode::DIM:
+          escape(values_.pop(), "aten::dim");
+          values_.push(-1);
+          return true;
+        case opcode::FORMAT:
+          return construct(static_cast<size_t>(inst.X));
+        case opcode::JF:
+          return raising_block_.enter(code_, pc, values_);
+        case opcode::JMP:
+          return raising_block_.steps_over(pc);
+        case opcode::RAISE_EXCEPTION:
+          return raising_block_.leave(pc, values_);
         default:
           return false; // jumps, calls, ...: the trace stops here
       }
@@ -410,6 +425,7 @@ class SiteValueTracker {
   const ReturnCount& returns_of_;
   bool writes_nothing_;
   SymbolicStack values_; // each value: the site that produced it, or -1
+  RaisingBlockPassage raising_block_;
   std::map<size_t, int> conv_at_, post_op_at_;
   std::set<int> used_;
   std::vector<int> uses_;              // uses by sites

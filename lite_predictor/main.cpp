@@ -338,6 +338,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.call_sites = module.call_sites();
   report.specialized_sites = module.specialized_sites(); // after the runs: their counters
   report.folded_calls = module.folded_calls();
+  report.attribute_freezing = module.attribute_freezing();
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;

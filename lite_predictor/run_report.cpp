@@ -110,11 +110,25 @@ void print_folded_text(std::ostream& out, const RunReport& report) {
       << computed << " computed, " << reused << " reused\n";
 }
 
+// What bind-time freezing did, in one line (nothing for a model with no attribute reads).
+void print_freezing_text(std::ostream& out, const RunReport& report) {
+  const AttributeFreezingReport& freezing = report.attribute_freezing;
+  if (freezing.applied) {
+    out << "bind-time: attributes frozen (no method can change them): " << freezing.attribute_reads
+        << " attribute read(s) now constants, " << freezing.folded_batch_norms
+        << " batch_norm call(s) folded into their conv2d, " << freezing.constant_branches
+        << " branch(es) on constants resolved, " << freezing.removed_instructions << " instruction(s) fewer\n";
+  } else if (!freezing.kept_because.empty()) {
+    out << "bind-time: attributes read at run time, not frozen: " << freezing.kept_because << "\n";
+  }
+}
+
 // The bind-time stage's sites, grouped by what they run, with their calls.
 void print_specialization_text(std::ostream& out, const RunReport& report) {
   if (!report.specialize) {
     return;
   }
+  print_freezing_text(out, report);
   print_folded_text(out, report);
   if (report.specialized_sites.empty()) {
     out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
@@ -187,7 +201,13 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
   out << ", \"specialize\": " << (report.specialize ? "true" : "false") << ", \"background_preparation\": {\"runs\": "
       << background.runs << ", \"busy_ms\": " << background.busy_ms << ", \"waited_ms\": " << report.kernels_waited_ms
       << ", \"error\": " << json_string(background.error)
-      << ", \"first_call_because\": " << json_string(background.first_call_because) << "}, \"call_sites\": [";
+      << ", \"first_call_because\": " << json_string(background.first_call_because) << "}";
+  const AttributeFreezingReport& freezing = report.attribute_freezing;
+  out << ", \"attribute_freezing\": {\"applied\": " << (freezing.applied ? "true" : "false")
+      << ", \"kept_because\": " << json_string(freezing.kept_because) << ", \"attribute_reads\": "
+      << freezing.attribute_reads << ", \"folded_batch_norms\": " << freezing.folded_batch_norms
+      << ", \"constant_branches\": " << freezing.constant_branches
+      << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction

@@ -21,6 +21,7 @@ struct RunReport {
   std::vector<CallSite> call_sites;
   std::vector<SpecializedCallSite> specialized_sites;
   std::vector<FoldedCallSite> folded_calls;
+  AttributeFreezingReport attribute_freezing;
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

@@ -47,17 +47,6 @@ bool runs_natively(opcode::OpCode op) {
   }
 }
 
-const char* opcode_name(opcode::OpCode op) {
-  switch (op) {
-#define LD_OPCODE_NAME(name, _) \
-  case opcode::name:            \
-    return #name;
-    FORALL_OPCODES(LD_OPCODE_NAME)
-#undef LD_OPCODE_NAME
-  }
-  return "an unknown opcode";
-}
-
 std::string describe_instruction(const Code& code, size_t pc) {
   std::ostringstream out;
   const Instruction& inst = code.instructions_[pc];
@@ -191,6 +180,17 @@ struct Frame {
 };
 
 } // namespace
+
+const char* opcode_name(torch::jit::OpCode op) {
+  switch (op) {
+#define LD_OPCODE_NAME(name, _) \
+  case opcode::name:            \
+    return #name;
+    FORALL_OPCODES(LD_OPCODE_NAME)
+#undef LD_OPCODE_NAME
+  }
+  return "an unknown opcode";
+}
 
 BytecodeInterpreter::BytecodeInterpreter(const torch::jit::mobile::Module& module, const std::string& method_name)
     : self_(module._ivalue()) {

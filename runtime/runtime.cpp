@@ -334,6 +334,10 @@ void Model::wait_for_kernels() const {
   }
 }
 
+AttributeFreezingReport Model::attribute_freezing() const {
+  return impl_->stage ? impl_->stage->attribute_freezing() : AttributeFreezingReport{};
+}
+
 BackgroundPreparationStatus Model::background_preparation() const {
   return impl_->stage ? impl_->stage->background_preparation() : BackgroundPreparationStatus{};
 }

@@ -24,6 +24,7 @@ from test_models import (
     recurrent,
     resize_conv,
     roi_head,
+    small_resnet,
     ssdlite_head,
     tensor_creation,
     transformer,
@@ -57,6 +58,11 @@ MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec("mobilenet_v2", mobilenet_v2.build, mobilenet_v2.example_inputs),
+        # Saved unfrozen, as users save scripted models (weights read as attributes, batch norms after convs):
+        # the bind-time stage freezes them (bind_time/attribute_freezing.h).
+        ModelSpec("mobilenet_v2_unfrozen", mobilenet_v2.build, mobilenet_v2.example_inputs, freeze=False),
+        ModelSpec("small_resnet_unfrozen", small_resnet.build, small_resnet.example_inputs, freeze=False),
+        ModelSpec("small_resnet", small_resnet.build, small_resnet.example_inputs),
         # Type coverage: each exercises a family of schema argument and return types end to end.
         ModelSpec("tensor_creation", tensor_creation.build, tensor_creation.example_inputs),
         ModelSpec("indexing", indexing.build, indexing.example_inputs),

@@ -51,6 +51,17 @@ struct FoldedCallSite {
   int64_t reused = 0;     // calls served by the remembered result
 };
 
+// Bind-time freezing (the stage's first step): a model saved without torch.jit.freeze reads its weights as module
+// attributes; where no method can change them, the stage reads them as constants, as freezing would have.
+struct AttributeFreezingReport {
+  bool applied = false;                // the model's bytecode was rewritten
+  std::string kept_because;            // why it was not ("" when applied, or when there was nothing to freeze)
+  int64_t attribute_reads = 0;         // GET_ATTR instructions that became constants
+  int64_t folded_batch_norms = 0;      // inference batch_norm calls folded into the conv2d before them
+  int64_t constant_branches = 0;       // branches on a constant (self.training) resolved
+  int64_t removed_instructions = 0;    // instructions fewer in all (dead branches, moves, stores)
+};
+
 // Preparation::Background's runs (Model::background_preparation).
 struct BackgroundPreparationStatus {
   int runs = 0;         // started so far: one after each call that met a shape some site had no kernel for

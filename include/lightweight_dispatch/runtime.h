@@ -193,6 +193,8 @@ class Model {
   // Background preparation so far: runs, whether one runs, their time, the last one's failure (all zero and
   // empty without it).
   BackgroundPreparationStatus background_preparation() const;
+  // What bind-time freezing did to a model saved without freezing (all zero without the stage).
+  AttributeFreezingReport attribute_freezing() const;
 
   const std::string& path() const;
   const LoadOptions& options() const;

@@ -1,0 +1,788 @@
+#include <bind_time/attribute_freezing.h>
+
+#include <bind_time/folded_values.h>
+#include <bind_time/symbolic_stack.h>
+#include <runtime/bytecode_interpreter.h>
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/jit/mobile/code.h>
+#include <torch/csrc/jit/mobile/function.h>
+#include <torch/csrc/jit/runtime/instruction.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+using torch::jit::Instruction;
+using torch::jit::OpCode;
+namespace opcode = torch::jit;
+
+bool is_jump(OpCode op) {
+  return op == opcode::JF || op == opcode::JMP || op == opcode::LOOP;
+}
+
+// One instruction of a function being rewritten. A jump's target is held as an index into the same list, so
+// instructions can be removed and the offsets made again afterwards.
+struct Item {
+  Instruction inst;
+  int64_t debug_handle = -1;
+  size_t target = 0; // jumps only
+  bool removed = false;
+};
+
+// A function's bytecode while it is rewritten.
+struct Program {
+  std::vector<Item> items;
+  std::vector<c10::IValue> constants;
+  bool has_debug_handles = false;
+
+  static Program of(const torch::jit::mobile::Code& code) {
+    Program program;
+    program.constants = code.constants_;
+    program.has_debug_handles = code.debug_handles_.size() == code.instructions_.size();
+    for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+      Item item{code.instructions_[pc], program.has_debug_handles ? code.debug_handles_[pc] : -1, 0, false};
+      if (is_jump(item.inst.op)) {
+        item.target = static_cast<size_t>(static_cast<int64_t>(pc) + item.inst.X);
+      }
+      program.items.push_back(item);
+    }
+    return program;
+  }
+
+  // Drops removed items; a jump to a removed one now lands on the next kept one.
+  void compact() {
+    std::vector<size_t> new_index(items.size() + 1);
+    size_t kept = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      new_index[i] = kept;
+      kept += items[i].removed ? 0 : 1;
+    }
+    new_index[items.size()] = kept;
+    std::vector<Item> result;
+    for (const Item& item : items) {
+      if (!item.removed) {
+        result.push_back(item);
+        if (is_jump(item.inst.op)) {
+          result.back().target = new_index[item.target];
+        }
+      }
+    }
+    items = std::move(result);
+  }
+
+  std::set<size_t> jump_targets() const {
+    std::set<size_t> targets;
+    for (const Item& item : items) {
+      if (!item.removed && is_jump(item.inst.op)) {
+        targets.insert(item.target);
+      }
+    }
+    return targets;
+  }
+
+  // The index of a constant that is `value` itself (the same object), added if there is none.
+  int64_t constant(const c10::IValue& value) {
+    for (size_t i = 0; i < constants.size(); ++i) {
+      if (constants[i].isSameIdentity(value) && constants[i].tagKind() == value.tagKind()) {
+        return static_cast<int64_t>(i);
+      }
+    }
+    constants.push_back(value);
+    return static_cast<int64_t>(constants.size() - 1);
+  }
+
+  void write_to(torch::jit::mobile::Code& code) const {
+    std::vector<Instruction> instructions;
+    std::vector<int64_t> handles;
+    for (size_t pc = 0; pc < items.size(); ++pc) {
+      Instruction inst = items[pc].inst;
+      if (is_jump(inst.op)) {
+        inst.X = static_cast<int32_t>(static_cast<int64_t>(items[pc].target) - static_cast<int64_t>(pc));
+      }
+      instructions.push_back(inst);
+      handles.push_back(items[pc].debug_handle);
+    }
+    code.instructions_ = std::move(instructions);
+    if (has_debug_handles) {
+      code.debug_handles_ = std::move(handles);
+    }
+    code.constants_ = constants;
+  }
+};
+
+Instruction make(OpCode op, int64_t x, int64_t n = 0) {
+  return Instruction(op, static_cast<int32_t>(x), static_cast<uint16_t>(n));
+}
+
+bool is_number(const c10::IValue& value) {
+  return value.isInt() || value.isDouble() || value.isBool();
+}
+
+// A list argument an operator only reads: int[], float[] or bool[], with no alias annotation.
+bool reads_number_list(const c10::FunctionSchema& schema, size_t index) {
+  if (index >= schema.arguments().size()) {
+    return false;
+  }
+  const c10::Argument& argument = schema.arguments()[index];
+  if (argument.alias_info() != nullptr || argument.type()->kind() != c10::TypeKind::ListType) {
+    return false;
+  }
+  const c10::TypeKind element = argument.type()->containedType(0)->kind();
+  return element == c10::TypeKind::IntType || element == c10::TypeKind::FloatType ||
+         element == c10::TypeKind::BoolType;
+}
+
+// What one forward pass over a function knows. Every value is an index into `values` (or kUnknown): an object
+// known at bind time (the same object every run), or a list LIST_CONSTRUCT builds.
+class KnownValues {
+ public:
+  static constexpr int kUnknown = -1;
+
+  // `arguments`: the method's, `self` (the module) the first.
+  KnownValues(Program& program, const torch::jit::mobile::Code& code, const OperatorSchema& schema_of,
+      const c10::IValue& self, size_t arguments, AttributeFreezingReport& report)
+      : program_(program), code_(code), schema_of_(schema_of), self_(self), arguments_(arguments), report_(report),
+        stack_(code.register_size_, kUnknown) {}
+
+  // One pass: rewrites what it can as it goes; true if it changed anything.
+  bool rewrite() {
+    targets_ = program_.jump_targets();
+    find_single_stores();
+    stack_.push(known(self_)); // a method's arguments: the module, then the caller's
+    stack_.push(arguments_ - 1, kUnknown);
+    bool changed = false;
+    size_t previous = kNone; // the last kept item before this one
+    for (size_t pc = 0; pc < program_.items.size(); ++pc) {
+      if (program_.items[pc].removed) {
+        continue;
+      }
+      if (targets_.count(pc) != 0) {
+        forget(); // reached from elsewhere too
+      }
+      changed |= step(pc, previous);
+      previous = program_.items[pc].removed ? previous : pc;
+    }
+    forget();
+    changed |= fold_lists();
+    return changed;
+  }
+
+ private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  struct Value {
+    std::optional<c10::IValue> object; // known at bind time
+    size_t built_at = kNone;           // the LIST_CONSTRUCT that built it
+  };
+  struct BuiltList {
+    int reads = 0;     // by operators that only read it
+    bool other_use = false;
+  };
+
+  int known(const c10::IValue& object) {
+    values_.push_back({object, kNone});
+    return static_cast<int>(values_.size() - 1);
+  }
+  int unknown() {
+    return kUnknown;
+  }
+  const Value* value(int id) const {
+    return id >= 0 ? &values_[static_cast<size_t>(id)] : nullptr;
+  }
+  std::optional<c10::IValue> object_of(int id) const {
+    const Value* v = value(id);
+    return v != nullptr ? v->object : std::nullopt;
+  }
+  // A value used by something other than an operator that only reads it.
+  void other_use(int id) {
+    const Value* v = value(id);
+    if (v != nullptr && v->built_at != kNone) {
+      lists_[v->built_at].other_use = true;
+    }
+  }
+  int pop() {
+    return stack_.pop();
+  }
+  std::vector<int> pop(size_t n) {
+    return stack_.pop(n);
+  }
+  // The stack's contents are no longer followed; registers keep only what every path agrees on.
+  void forget() {
+    for (int id : stack_.stack()) {
+      other_use(id);
+    }
+    while (!stack_.stack().empty()) {
+      stack_.pop();
+    }
+    for (size_t r = 0; r < stack_.registers().size(); ++r) {
+      if (single_store_value_.count(r) == 0) {
+        other_use(stack_.registers()[r]);
+        stack_.reg(static_cast<int64_t>(r)) = kUnknown;
+      } else {
+        stack_.reg(static_cast<int64_t>(r)) = single_store_value_[r];
+      }
+    }
+  }
+
+  // Registers stored to by exactly one instruction: what that store put there is what any later read sees.
+  void find_single_stores() {
+    std::map<size_t, int> stores;
+    for (const Item& item : program_.items) {
+      if (item.removed) {
+        continue;
+      }
+      if (item.inst.op == opcode::STORE) {
+        ++stores[static_cast<size_t>(item.inst.X)];
+      } else if (item.inst.op == opcode::STOREN) {
+        for (int64_t i = 0; i < item.inst.N; ++i) {
+          ++stores[static_cast<size_t>(item.inst.X + i)];
+        }
+      }
+    }
+    single_store_.clear();
+    for (const auto& [reg, count] : stores) {
+      if (count == 1) {
+        single_store_.insert(reg);
+      }
+    }
+    single_store_value_.clear();
+  }
+  void note_store(int64_t reg, int id) {
+    const size_t r = static_cast<size_t>(reg);
+    if (single_store_.count(r) != 0 && object_of(id)) {
+      single_store_value_[r] = id;
+    }
+  }
+
+  bool is_kept_loadc(size_t index) const {
+    return index != kNone && !program_.items[index].removed && program_.items[index].inst.op == opcode::LOADC;
+  }
+
+  bool step(size_t pc, size_t previous) {
+    Item& item = program_.items[pc];
+    const Instruction inst = item.inst;
+    switch (inst.op) {
+      case opcode::LOAD:
+      case opcode::MOVE: {
+        const int id = stack_.reg(inst.X);
+        if (inst.op == opcode::MOVE) {
+          stack_.reg(inst.X) = kUnknown;
+        }
+        stack_.push(id);
+        if (const auto object = object_of(id)) {
+          // The register holds this object whenever the instruction runs: push it as a constant. A MOVE's
+          // clearing of the register is dropped: it only ends a reference the module holds anyway.
+          item.inst = make(opcode::LOADC, program_.constant(*object));
+          return true;
+        }
+        return false;
+      }
+      case opcode::STORE: {
+        const int id = pop();
+        other_use(id);
+        stack_.reg(inst.X) = id;
+        note_store(inst.X, id);
+        return false;
+      }
+      case opcode::STOREN:
+        for (int64_t i = inst.N - 1; i >= 0; --i) {
+          const int id = pop();
+          stack_.reg(inst.X + i) = id;
+          note_store(inst.X + i, id);
+        }
+        return false;
+      case opcode::DROP:
+        other_use(pop());
+        return false;
+      case opcode::DROPR:
+        stack_.reg(inst.X) = kUnknown;
+        return false;
+      case opcode::LOADC:
+        stack_.push(known(program_.constants[static_cast<size_t>(inst.X)]));
+        return false;
+      case opcode::GET_ATTR:
+        return get_attr(pc, previous);
+      case opcode::JF:
+        return branch(pc, previous);
+      case opcode::OP:
+      case opcode::OPN:
+        call(inst);
+        return false;
+      case opcode::LIST_CONSTRUCT:
+        list_construct(pc, previous);
+        return false;
+      case opcode::TUPLE_CONSTRUCT:
+        for (int id : pop(static_cast<size_t>(inst.X))) {
+          other_use(id);
+        }
+        stack_.push(unknown());
+        return false;
+      case opcode::JMP:
+      case opcode::RET:
+        forget(); // what follows is reached from elsewhere, if at all
+        return false;
+      default:
+        forget(); // an instruction whose effect on the stack is not followed here
+        return false;
+    }
+  }
+
+  bool get_attr(size_t pc, size_t previous) {
+    const int object_id = pop();
+    const std::optional<c10::IValue> object = object_of(object_id);
+    const int64_t slot = program_.items[pc].inst.X;
+    if (!object || !object->isObject() || slot < 0 ||
+        static_cast<size_t>(slot) >= object->toObjectRef().slots().size()) {
+      stack_.push(unknown());
+      return false;
+    }
+    const c10::IValue attribute = object->toObjectRef().getSlot(static_cast<size_t>(slot));
+    stack_.push(known(attribute));
+    if (!is_kept_loadc(previous) || targets_.count(pc) != 0) {
+      return false;
+    }
+    // LOADC module; GET_ATTR slot -> LOADC attribute (the same object, as GET_ATTR would have pushed it).
+    program_.items[previous].removed = true;
+    program_.items[pc].inst = make(opcode::LOADC, program_.constant(attribute));
+    ++report_.attribute_reads;
+    return true;
+  }
+
+  bool branch(size_t pc, size_t previous) {
+    const std::optional<c10::IValue> condition = object_of(pop());
+    if (!condition || !condition->isBool() || !is_kept_loadc(previous) || targets_.count(pc) != 0) {
+      return false;
+    }
+    program_.items[previous].removed = true;
+    if (condition->toBool()) {
+      program_.items[pc].removed = true; // always falls through
+    } else {
+      program_.items[pc].inst = make(opcode::JMP, 0); // always jumps, to the same target
+    }
+    ++report_.constant_branches;
+    return true;
+  }
+
+  void call(const Instruction& inst) {
+    const std::string name = op_display_name(code_.op_names_[static_cast<size_t>(inst.X)]);
+    const c10::FunctionSchema* schema = schema_of_(name);
+    int given = inst.op == opcode::OPN ? static_cast<int>(inst.N) : code_.operator_input_sizes_[inst.X];
+    if (given < 0 && schema != nullptr) {
+      given = static_cast<int>(schema->arguments().size());
+    }
+    if (schema == nullptr || given < 0) {
+      forget();
+      return;
+    }
+    const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* v = value(inputs[i]);
+      if (v != nullptr && v->built_at != kNone) {
+        if (reads_number_list(*schema, i)) {
+          ++lists_[v->built_at].reads;
+        } else {
+          lists_[v->built_at].other_use = true;
+        }
+      }
+    }
+    stack_.push(schema->returns().size(), unknown());
+  }
+
+  // A list of number constants pushed just before it (no jump lands among them) may become one constant.
+  void list_construct(size_t pc, size_t previous) {
+    const size_t n = static_cast<size_t>(program_.items[pc].inst.N);
+    const std::vector<int> elements = pop(n);
+    bool constant = true;
+    size_t at = pc;
+    for (size_t i = 0; i < n && constant; ++i) {
+      at = i == 0 ? previous : previous_kept(at);
+      constant = is_kept_loadc(at) && targets_.count(at) == 0 && object_of(elements[n - 1 - i]) &&
+                 is_number(*object_of(elements[n - 1 - i]));
+    }
+    if (!constant || targets_.count(pc) != 0) {
+      for (int id : elements) {
+        other_use(id);
+      }
+      stack_.push(unknown());
+      return;
+    }
+    values_.push_back({std::nullopt, pc});
+    lists_[pc];
+    stack_.push(static_cast<int>(values_.size() - 1));
+  }
+  size_t previous_kept(size_t index) const {
+    while (index > 0) {
+      --index;
+      if (!program_.items[index].removed) {
+        return index;
+      }
+    }
+    return kNone;
+  }
+
+  // Each list read by one operator only, which only reads it, becomes a constant list of the same type.
+  bool fold_lists() {
+    bool changed = false;
+    for (const auto& [pc, use] : lists_) {
+      if (use.other_use || use.reads != 1) {
+        continue;
+      }
+      Item& item = program_.items[pc];
+      const size_t n = static_cast<size_t>(item.inst.N);
+      const c10::TypePtr& type = code_.types_.at(static_cast<size_t>(item.inst.X));
+      c10::impl::GenericList list(type->containedType(0));
+      std::vector<size_t> pushes;
+      size_t at = pc;
+      for (size_t i = 0; i < n; ++i) {
+        at = previous_kept(at);
+        pushes.push_back(at);
+      }
+      for (size_t i = n; i-- > 0;) {
+        list.push_back(program_.constants[static_cast<size_t>(program_.items[pushes[i]].inst.X)]);
+        program_.items[pushes[i]].removed = true;
+      }
+      program_.constants.emplace_back(std::move(list));
+      item.inst = make(opcode::LOADC, static_cast<int64_t>(program_.constants.size() - 1));
+      changed = true;
+    }
+    return changed;
+  }
+
+  Program& program_;
+  const torch::jit::mobile::Code& code_;
+  const OperatorSchema& schema_of_;
+  const c10::IValue& self_;
+  size_t arguments_;
+  AttributeFreezingReport& report_;
+  SymbolicStack stack_;
+  std::vector<Value> values_;
+  std::set<size_t> targets_;
+  std::set<size_t> single_store_;
+  std::map<size_t, int> single_store_value_;
+  std::map<size_t, BuiltList> lists_;
+};
+
+// Removes what no path reaches, and jumps to the next instruction.
+bool remove_dead_code(Program& program) {
+  const size_t size = program.items.size();
+  std::vector<bool> reached(size, false);
+  std::vector<size_t> pending = {0};
+  while (!pending.empty()) {
+    const size_t pc = pending.back();
+    pending.pop_back();
+    if (pc >= size || reached[pc]) {
+      continue;
+    }
+    reached[pc] = true;
+    const Instruction& inst = program.items[pc].inst;
+    if (is_jump(inst.op)) {
+      pending.push_back(program.items[pc].target);
+    }
+    if (inst.op != opcode::JMP && inst.op != opcode::RET) {
+      pending.push_back(pc + 1);
+    }
+  }
+  bool changed = false;
+  for (size_t pc = 0; pc < size; ++pc) {
+    if (!reached[pc]) {
+      program.items[pc].removed = true;
+      changed = true;
+    }
+  }
+  program.compact();
+  for (size_t pc = 0; pc < program.items.size(); ++pc) {
+    if (program.items[pc].inst.op == opcode::JMP && program.items[pc].target == pc + 1) {
+      program.items[pc].removed = true;
+      changed = true;
+    }
+  }
+  program.compact();
+  return changed;
+}
+
+// Stores no instruction reads back, and values pushed only to be dropped.
+bool remove_dead_stores(Program& program) {
+  std::set<int64_t> read;
+  for (const Item& item : program.items) {
+    if (item.inst.op == opcode::LOAD || item.inst.op == opcode::MOVE) {
+      read.insert(item.inst.X);
+    }
+  }
+  const std::set<size_t> targets = program.jump_targets();
+  bool changed = false;
+  for (size_t pc = 0; pc < program.items.size(); ++pc) {
+    Item& item = program.items[pc];
+    if (item.inst.op == opcode::STORE && read.count(item.inst.X) == 0) {
+      item.inst = make(opcode::DROP, 0);
+      changed = true;
+    } else if (item.inst.op == opcode::DROPR && read.count(item.inst.X) == 0) {
+      item.removed = true;
+      changed = true;
+    }
+  }
+  for (size_t pc = 1; pc < program.items.size(); ++pc) {
+    Item& before = program.items[pc - 1];
+    Item& item = program.items[pc];
+    if (before.removed || item.removed || targets.count(pc) != 0) {
+      continue;
+    }
+    const bool pushed_then_dropped = before.inst.op == opcode::LOADC && item.inst.op == opcode::DROP;
+    // STORE r; MOVE r leaves the value where it was (and the register empty, which no read may see).
+    const bool stored_then_moved =
+        before.inst.op == opcode::STORE && item.inst.op == opcode::MOVE && before.inst.X == item.inst.X;
+    if (pushed_then_dropped || stored_then_moved) {
+      before.removed = item.removed = true;
+      changed = true;
+    }
+  }
+  program.compact();
+  return changed;
+}
+
+const c10::IValue& constant_at(const Program& program, size_t pc) {
+  return program.constants[static_cast<size_t>(program.items[pc].inst.X)];
+}
+
+std::optional<at::Tensor> float_tensor(const c10::IValue& value, int64_t dim) {
+  if (!value.isTensor()) {
+    return std::nullopt;
+  }
+  const at::Tensor& t = value.toTensor();
+  if (t.dim() != dim || t.scalar_type() != at::kFloat || t.is_quantized()) {
+    return std::nullopt;
+  }
+  return t;
+}
+
+// conv2d(input, W, b, ...) then batch_norm(that, gamma, beta, mean, var, false, momentum, eps, cudnn), every
+// argument but the input a constant pushed just before its call: the conv2d with
+// W' = W * gamma / sqrt(var + eps) (per output channel) and b' = (b - mean) * gamma / sqrt(var + eps) + beta
+// computes the pair, in double precision, rounded once to float.
+bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, AttributeFreezingReport& report) {
+  const std::set<size_t> targets = program.jump_targets();
+  auto op_at = [&](size_t pc) -> std::string {
+    const Instruction& inst = program.items[pc].inst;
+    return inst.op == opcode::OP ? op_display_name(code.op_names_[static_cast<size_t>(inst.X)]) : "";
+  };
+  auto given_at = [&](size_t pc) { return code.operator_input_sizes_[program.items[pc].inst.X]; };
+  auto constants_before = [&](size_t pc, size_t count) {
+    if (pc < count) {
+      return false;
+    }
+    for (size_t i = 1; i <= count; ++i) {
+      if (program.items[pc - i].inst.op != opcode::LOADC || targets.count(pc - i + 1) != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  // The conv2d whose result the batch_norm at `bn` normalises, and nothing else reads but for its sizes:
+  // pushed right before the batch norm's constants, or stored once in a register that the batch norm's input
+  // is read from, and that is otherwise read only for DIM (a batch norm's input check).
+  auto conv_feeding = [&](size_t bn) -> std::optional<size_t> {
+    const size_t input = bn - 9;
+    if (op_at(input) == "aten::conv2d" && targets.count(input + 1) == 0) {
+      return input;
+    }
+    const Instruction& read = program.items[input].inst;
+    if (read.op != opcode::LOAD && read.op != opcode::MOVE) {
+      return std::nullopt;
+    }
+    std::optional<size_t> store;
+    for (size_t pc = 0; pc < program.items.size(); ++pc) {
+      const Instruction& inst = program.items[pc].inst;
+      const bool stores = (inst.op == opcode::STORE && inst.X == read.X) ||
+                          (inst.op == opcode::STOREN && inst.X <= read.X && read.X < inst.X + inst.N);
+      if (stores) {
+        if (store || inst.op != opcode::STORE) {
+          return std::nullopt;
+        }
+        store = pc;
+      }
+      const bool reads = (inst.op == opcode::LOAD || inst.op == opcode::MOVE) && inst.X == read.X;
+      const bool size_only = pc + 1 < program.items.size() && program.items[pc + 1].inst.op == opcode::DIM &&
+                             targets.count(pc + 1) == 0;
+      if (reads && pc != input && !size_only) {
+        return std::nullopt;
+      }
+    }
+    if (!store || *store == 0 || targets.count(*store) != 0 || op_at(*store - 1) != "aten::conv2d") {
+      return std::nullopt;
+    }
+    return *store - 1;
+  };
+  bool changed = false;
+  for (size_t bn = 10; bn < program.items.size(); ++bn) {
+    if (op_at(bn) != "aten::batch_norm" || given_at(bn) != 9 || !constants_before(bn, 8)) {
+      continue;
+    }
+    const std::optional<size_t> feeding = conv_feeding(bn);
+    if (!feeding) {
+      continue;
+    }
+    const size_t conv = *feeding;
+    const int conv_given = given_at(conv);
+    if (conv_given < 3 || !constants_before(conv, static_cast<size_t>(conv_given - 1))) {
+      continue;
+    }
+    const size_t weight_pc = conv - static_cast<size_t>(conv_given - 1), bias_pc = weight_pc + 1;
+    const std::optional<at::Tensor> weight = float_tensor(constant_at(program, weight_pc), 4);
+    const c10::IValue& bias = constant_at(program, bias_pc);
+    const c10::IValue& training = constant_at(program, bn - 4);
+    const c10::IValue& eps = constant_at(program, bn - 2);
+    if (!weight || !(bias.isNone() || float_tensor(bias, 1)) || !training.isBool() || training.toBool() ||
+        !eps.isDouble()) {
+      continue;
+    }
+    const int64_t channels = weight->size(0);
+    std::vector<std::optional<at::Tensor>> statistics; // gamma, beta, mean, var
+    bool usable = true;
+    for (size_t i = 0; i < 4 && usable; ++i) {
+      const c10::IValue& value = constant_at(program, bn - 8 + i);
+      const bool may_be_none = i < 2; // gamma and beta are optional; the running statistics are needed
+      if (value.isNone() && may_be_none) {
+        statistics.emplace_back(std::nullopt);
+        continue;
+      }
+      const std::optional<at::Tensor> t = float_tensor(value, 1);
+      usable = t && t->size(0) == channels;
+      statistics.push_back(t);
+    }
+    if (!usable || (!bias.isNone() && bias.toTensor().size(0) != channels)) {
+      continue;
+    }
+    c10::AutoGradMode no_grad(false); // plain tensors, not inference ones: a run may be outside inference mode
+    const at::Tensor mean = statistics[2]->to(at::kDouble), var = statistics[3]->to(at::kDouble);
+    at::Tensor scale = var.add(eps.toDouble()).sqrt().reciprocal();
+    if (statistics[0]) {
+      scale = scale.mul(statistics[0]->to(at::kDouble));
+    }
+    at::Tensor shift = bias.isNone() ? mean.neg().mul(scale) : bias.toTensor().to(at::kDouble).sub(mean).mul(scale);
+    if (statistics[1]) {
+      shift = shift.add(statistics[1]->to(at::kDouble));
+    }
+    const at::Tensor folded_weight =
+        weight->to(at::kDouble).mul(scale.reshape({channels, 1, 1, 1})).to(at::kFloat).contiguous();
+    program.constants.emplace_back(folded_weight);
+    program.items[weight_pc].inst = make(opcode::LOADC, static_cast<int64_t>(program.constants.size() - 1));
+    program.constants.emplace_back(shift.to(at::kFloat).contiguous());
+    program.items[bias_pc].inst = make(opcode::LOADC, static_cast<int64_t>(program.constants.size() - 1));
+    for (size_t i = 0; i <= 8; ++i) {
+      program.items[bn - i].removed = true; // the batch_norm call and the constants pushed for it
+    }
+    ++report.folded_batch_norms;
+    changed = true;
+  }
+  program.compact();
+  return changed;
+}
+
+// Why the model's attributes may change between or during runs, seen from its bytecode alone; "" if they cannot.
+std::string why_attributes_may_change(const torch::jit::mobile::Module& module) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    const auto& code = function->get_code();
+    for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+      const OpCode op = code.instructions_[pc].op;
+      if (op == opcode::SET_ATTR || op == opcode::CALL || op == opcode::INTERFACE_CALL) {
+        return function->qualname().qualifiedName() + " has " + opcode_name(op) + " at instruction " +
+               std::to_string(pc) + (op == opcode::SET_ATTR ? ": it assigns an attribute"
+                                                          : ": the function it calls could change attributes");
+      }
+    }
+  }
+  return "";
+}
+
+bool reads_attributes(const torch::jit::mobile::Module& module) {
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    for (const Instruction& inst : function->get_code().instructions_) {
+      if (inst.op == opcode::GET_ATTR) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool is_method_of(const torch::jit::mobile::Function& function, const c10::IValue& self) {
+  if (!function.hasSchema() || function.getSchema().arguments().empty()) {
+    return false;
+  }
+  const c10::TypePtr& first = function.getSchema().arguments()[0].type();
+  return first != nullptr && self.isObject() && first->repr_str() == self.type()->repr_str();
+}
+
+// The function's bytecode rewritten until nothing more changes.
+Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const c10::IValue& self,
+    size_t arguments, AttributeFreezingReport& report) {
+  Program program = Program::of(code);
+  for (int round = 0; round < 64; ++round) {
+    bool changed = KnownValues(program, code, schema_of, self, arguments, report).rewrite();
+    program.compact();
+    changed |= remove_dead_code(program);
+    changed |= remove_dead_stores(program);
+    if (!changed) {
+      changed = fold_batch_norms(program, code, report);
+    }
+    if (!changed) {
+      break;
+    }
+  }
+  return program;
+}
+
+} // namespace
+
+AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, const OperatorSchema& schema_of) {
+  AttributeFreezingReport report;
+  if (!reads_attributes(module)) {
+    return report; // nothing to freeze (a frozen model)
+  }
+  report.kept_because = why_attributes_may_change(module);
+  if (!report.kept_because.empty()) {
+    return report;
+  }
+  struct Rewritten {
+    torch::jit::mobile::Function* function;
+    torch::jit::mobile::Code original;
+  };
+  std::vector<Rewritten> rewritten;
+  const c10::IValue self = module._ivalue();
+  size_t instructions_before = 0, instructions_after = 0;
+  std::string refused;
+  for (torch::jit::mobile::Function* function : functions_to_run(module)) {
+    auto& code = function->get_code();
+    instructions_before += code.instructions_.size();
+    if (is_method_of(*function, self)) { // otherwise nothing of its arguments is known
+      rewritten.push_back({function, code});
+      frozen(code, schema_of, self, function->getSchema().arguments().size(), report).write_to(code);
+    }
+    instructions_after += code.instructions_.size();
+  }
+  for (const Rewritten& r : rewritten) {
+    const std::string why = why_a_constant_may_be_written(r.function->get_code(), schema_of);
+    if (!why.empty() && refused.empty()) {
+      refused = r.function->qualname().qualifiedName() + ": " + why;
+    }
+  }
+  if (!refused.empty()) {
+    for (Rewritten& r : rewritten) {
+      r.function->get_code() = std::move(r.original);
+    }
+    AttributeFreezingReport kept;
+    kept.kept_because = "after freezing, " + refused;
+    return kept;
+  }
+  report.applied = report.attribute_reads > 0 || report.folded_batch_norms > 0 || report.constant_branches > 0;
+  report.removed_instructions = static_cast<int64_t>(instructions_before) - static_cast<int64_t>(instructions_after);
+  return report;
+}
+
+} // namespace lightweight_dispatch

@@ -1,0 +1,233 @@
+"""Bind-time freezing (bind_time/attribute_freezing.h): a model saved without torch.jit.freeze, as users save
+scripted models, reads its weights as module attributes; where no method can change them the stage reads them as
+constants, resolves `self.training` branches and folds inference batch norms into the convs before them, so the
+unfrozen model gets the kernels the frozen one gets. Where an attribute may change (assigned, written in place,
+handed to another function) every function keeps its bytecode, and the report says why.
+
+Each test fails when freezing computes the wrong thing (outputs against eager on new input values, and against
+the stage-free run in one process), is silently not applied (report counts, sites against the frozen model's), or
+is applied where an attribute may change (the harness's runs after the first see the written attribute)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import differential_models as dm
+from predictor_runner import run_predictor, save_lite_model
+from scripts.dump_ops import flatten_outputs
+from test_differential import assert_agrees, check_source, harness  # noqa: F401 (a fixture)
+from test_models import get_model
+
+
+def run_json(predictor: Path, model: Path, *args: object) -> dict:
+    run = run_predictor(predictor, model, "--iters", "3", "--warmup", "0", "--json", *args)
+    assert run.returncode == 0, run.stderr + run.stdout
+    return run.json()
+
+
+def fresh_inputs(name: str, seed: int) -> list[torch.Tensor]:
+    """The model's example inputs' shapes, with new values: freezing must not depend on the values it met."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=generator) for t in get_model(name).example_inputs()]
+
+
+@pytest.mark.parametrize("name, batch_norms", [("small_resnet_unfrozen", 15), ("mobilenet_v2_unfrozen", 52)])
+def test_an_unfrozen_model_gets_the_frozen_models_sites_and_eagers_outputs(
+    name: str, batch_norms: int, predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    frozen_name = name.removesuffix("_unfrozen")
+    unfrozen = run_json(predictor, models_dir / f"{name}.ptl")
+    frozen = run_json(predictor, models_dir / f"{frozen_name}.ptl")
+    freezing = unfrozen["attribute_freezing"]
+    assert freezing["applied"] is True and freezing["kept_because"] == ""
+    assert freezing["folded_batch_norms"] == batch_norms
+    assert freezing["constant_branches"] > 0 and freezing["attribute_reads"] > 0
+    assert frozen["attribute_freezing"]["applied"] is False  # nothing to freeze in a frozen model
+    assert len(unfrozen["specialized_sites"]) == len(frozen["specialized_sites"])
+    assert unfrozen["outputs_match"] is True, unfrozen["mismatch"]
+    # No batch_norm call is left: every one was folded into its conv.
+    assert not any(site["op"] == "aten::batch_norm" for site in unfrozen["call_sites"])
+    # New values: eager's outputs within 1e-5, and the stage-free run's.
+    module = get_model(name).build().eval()
+    inputs = fresh_inputs(name, 7)
+    torch.save(inputs, tmp_path / "inputs.pt")
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(*inputs)), tmp_path / "expected.pt")
+    for flags in ([], ["--prepare", "first-call"], ["--no-specialize"]):
+        run = run_json(predictor, models_dir / f"{name}.ptl", "--input", tmp_path / "inputs.pt",
+                       "--expected", tmp_path / "expected.pt", "--atol", "1e-5", *flags)
+        assert run["outputs_match"] is True, (flags, run["mismatch"])
+
+
+def test_the_text_report_says_what_freezing_did(predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / "small_resnet_unfrozen.ptl", "--iters", "1")
+    assert run.returncode == 0, run.stderr
+    assert "bind-time: attributes frozen (no method can change them): " in run.stdout
+    assert "15 batch_norm call(s) folded into their conv2d" in run.stdout
+
+
+def test_no_specialize_freezes_nothing(predictor: Path, models_dir: Path) -> None:
+    run = run_json(predictor, models_dir / "small_resnet_unfrozen.ptl", "--no-specialize")
+    assert run["attribute_freezing"]["applied"] is False
+    assert any(site["op"] == "aten::batch_norm" for site in run["call_sites"])
+
+
+class ConvBnBlock(torch.nn.Module):
+    """conv + batch norm (every variant freezing folds: bias or not, affine or not, grouped) + relu."""
+
+    def __init__(self, bias: bool, affine: bool, groups: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, bias=bias, groups=groups)
+        self.bn = torch.nn.BatchNorm2d(8, affine=affine, eps=1e-3)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            if affine:
+                self.bn.weight.uniform_(0.5, 1.5)
+                self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("bias, affine, groups", [(False, True, 1), (True, True, 1), (True, False, 1), (False, True, 8)])
+def test_every_form_of_conv_and_batch_norm_folds_to_eagers_outputs(
+    bias: bool, affine: bool, groups: int, predictor: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(3)
+    module = ConvBnBlock(bias, affine, groups).eval()
+    model = save_lite_model(module, tmp_path / "block.ptl")
+    x = torch.randn(2, 8, 9, 9)
+    torch.save([x], tmp_path / "block.inputs.pt")
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(x)), tmp_path / "block.expected.pt")
+    run = run_json(predictor, model, "--atol", "1e-5")
+    assert run["attribute_freezing"]["folded_batch_norms"] == 1
+    assert run["outputs_match"] is True, run["mismatch"]
+    assert len(run["specialized_sites"]) == 1
+
+
+class AssignsAnAttribute(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.conv(x)
+
+
+def test_a_model_that_assigns_an_attribute_is_not_frozen(predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(AssignsAnAttribute(), tmp_path / "assigns.ptl")
+    torch.save([torch.randn(1, 3, 8, 8)], tmp_path / "assigns.inputs.pt")
+    run = run_json(predictor, model)
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is False
+    assert "SET_ATTR" in freezing["kept_because"] and "forward" in freezing["kept_because"]
+
+
+# Written in place, not assigned: no SET_ATTR anywhere, so only the trace of the rewritten bytecode can tell that
+# the weight a compiled kernel would pack, or the statistics a folded batch norm would bake in, change every run.
+WRITES_ITS_WEIGHT = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class WritesItsWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weight", torch.rand(4, 3, 3, 3) - 0.5)
+
+    def forward(self, x):
+        self.weight.mul_(1.5)
+        return (torch.relu(F.conv2d(x, self.weight)),)
+"""
+
+WRITES_ITS_STATISTICS = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class WritesItsStatistics(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        self.bn.running_mean.add_(0.25)
+        return (y,)
+"""
+
+
+@pytest.mark.parametrize("source, class_name", [(WRITES_ITS_WEIGHT, "WritesItsWeight"),
+                                                (WRITES_ITS_STATISTICS, "WritesItsStatistics")])
+def test_an_attribute_written_in_place_keeps_every_function_unfrozen(
+    source: str, class_name: str, harness: Path, predictor: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    shapes = [(1, 3, 10, 10)] * 3 + [(2, 3, 12, 12)] * 2
+    model = dm.GeneratedModel(0, class_name, textwrap.dedent(source), shapes, [])
+    exported = dm.export(model, tmp_path, dm.available_ops())
+    unfrozen = exported.variants["unfrozen"]
+    # The harness runs the inputs in order on fresh models with and without the stage, one caller at a time:
+    # every run after the first sees the attribute as the runs before left it.
+    assert_agrees([dm.run_harness(unfrozen, exported.inputs, "unfrozen", threads=1)])
+    run = run_json(predictor, unfrozen, "--input", exported.inputs[0])
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is False
+    assert "may write" in freezing["kept_because"], freezing
+
+
+class ResetsItsStatistics(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x))
+
+    @torch.jit.export
+    def reset(self) -> int:
+        self.bn.running_mean.zero_()
+        return 0
+
+
+def test_a_second_method_that_writes_an_attribute_keeps_forward_unfrozen(predictor: Path, tmp_path: Path) -> None:
+    model = save_lite_model(ResetsItsStatistics().eval(), tmp_path / "resets.ptl")
+    torch.save([torch.randn(1, 3, 8, 8)], tmp_path / "resets.inputs.pt")
+    run = run_json(predictor, model)
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is False
+    assert "reset" in freezing["kept_because"] and "zero_" in freezing["kept_because"], freezing
+
+
+TRAINING_BRANCH = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class DropsInTraining(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        if self.training:
+            y = y * 0.0
+        return (y * 2.0,)
+"""
+
+
+def test_unfrozen_models_agree_with_the_stage_free_runs_on_new_values_and_shapes(
+    harness: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    shapes = [(1, 3, 10, 10)] * 3 + [(2, 3, 12, 12)] * 2 + [(1, 3, 10, 10)]
+    assert_agrees(check_source(tmp_path, TRAINING_BRANCH, "DropsInTraining", shapes))
