@@ -4,6 +4,7 @@ sample of the cold start that benchmarks/latency.py reports. Prints one JSON obj
 
     python -m benchmarks.cold_start mobilenet_v2 --mode python_lite --models-dir build/models
     build/peers_venv/bin/python -m benchmarks.cold_start mobilenet_v2 --mode onnxruntime   # the peers' python
+    build/peers_venv/bin/python -m benchmarks.cold_start --file build/real_models/resnet18.onnx --mode onnxruntime
 
 Each mode loads as its latency server does (the same `load`, timed the same way): Python eager builds the
 nn.Module, the Python lite interpreter reads the .ptl, ONNX Runtime creates its session and ExecuTorch loads
@@ -33,14 +34,20 @@ MODES = ("python_eager", "python_lite", "onnxruntime", "executorch")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cold_start", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a registered test model (test_models/registry.py)")
+    parser.add_argument("model", nargs="?", help="a registered test model (test_models/registry.py)")
+    parser.add_argument("--file", type=Path, default=None,
+                        help="instead of a registered model: a file exported beforehand (MODEL.onnx for onnxruntime, "
+                             "MODEL.pte for executorch: benchmarks/real_models.py's), fed MODEL.inputs.pt beside it")
     parser.add_argument("--mode", choices=MODES, required=True,
                         help="python_eager: build the nn.Module and call it; python_lite: load MODEL.ptl in the lite "
                              "interpreter; onnxruntime, executorch: the peers (run with the peers' python)")
     parser.add_argument("--models-dir", type=Path, default=REPO_ROOT / "build" / "models",
                         help="where dump_ops.py wrote MODEL.ptl and MODEL.inputs.pt (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default: %(default)s)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if (args.model is None) == (args.file is None):
+        parser.error("give a registered model or --file, one of them")
+    return args
 
 
 def loader(mode: str, threads: int) -> Callable[[Path, Path], Loaded]:
@@ -65,7 +72,10 @@ def loader(mode: str, threads: int) -> Callable[[Path, Path], Loaded]:
 def main() -> None:
     args = parse_args()
     load = loader(args.mode, args.threads)
-    loaded = load(args.models_dir / f"{args.model}.ptl", args.models_dir / f"{args.model}.inputs.pt")
+    if args.file is not None:
+        loaded = load(args.file, args.file.with_name(args.file.stem + ".inputs.pt"))
+    else:
+        loaded = load(args.models_dir / f"{args.model}.ptl", args.models_dir / f"{args.model}.inputs.pt")
     with loaded.context():
         start = time.perf_counter()
         loaded.run()

@@ -9,6 +9,7 @@ under a name made from the .ptl's hash and the exporter's versions: a changed mo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import warnings
 from collections.abc import Callable
@@ -90,4 +91,31 @@ def peer_export(model_path: Path, inputs_path: Path, cache_dir: Path, exporter: 
     path = cached_export(model_path, cache_dir, exporter, suffix, export)
     expected, atol = expected_outputs(model_path), output_tolerance(model_path)
     return PeerExport(path, [t for t in torch.load(inputs_path) if isinstance(t, torch.Tensor)],
+                      lambda outputs: outputs_mismatch(outputs, expected, atol))
+
+
+PREBUILT_SUFFIXES = {".onnx": "onnx", ".pte": "pte"}
+
+
+def is_prebuilt(model_path: Path) -> bool:
+    """A peer's own file (MODEL.onnx, MODEL.pte: benchmarks/real_models.py's) rather than a registered test
+    model's MODEL.ptl to export from."""
+    return model_path.suffix in PREBUILT_SUFFIXES
+
+
+def prebuilt_export(model_path: Path, inputs_path: Path) -> PeerExport:
+    """A file exported beforehand (benchmarks/real_models.py), loaded as it is. Its first run is checked against
+    MODEL.expected.pt beside it within the tolerance manifest.json gives MODEL (ATOL without one), or against
+    the reference and tolerance the manifest's peer_checks name for this kind of file (ORT's own int8 model:
+    the float network's outputs)."""
+    manifest_path = model_path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    entry = manifest.get("models", {}).get(model_path.stem, {})
+    check = entry.get("peer_checks", {}).get(PREBUILT_SUFFIXES[model_path.suffix])
+    if check is not None:
+        expected_path, atol = model_path.parent / check["expected"], float(check["atol"])
+    else:
+        expected_path, atol = model_path.with_name(model_path.stem + ".expected.pt"), float(entry.get("atol", ATOL))
+    expected = list(torch.load(expected_path))
+    return PeerExport(model_path, [t for t in torch.load(inputs_path) if isinstance(t, torch.Tensor)],
                       lambda outputs: outputs_mismatch(outputs, expected, atol))

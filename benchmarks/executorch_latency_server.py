@@ -4,6 +4,8 @@
     load KEY executorch MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"  (Program and Method loading, XNNPACK's weight
                                                                 packing included; the registered model MODEL
                                                                 is exported to a .pte first, untimed)
+    load KEY executorch MODEL.pte INPUTS.pt   -> "ok LOAD_MS"  (a program exported beforehand, loaded as it is:
+                                                                benchmarks/real_models.py's)
     run KEY                                   -> "ok MS"       (Method.execute on the same inputs)
     quit
 
@@ -29,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from benchmarks.eager_exports import eager_module, example_tensors, peer_export  # noqa: E402
+from benchmarks.eager_exports import eager_module, example_tensors, is_prebuilt, peer_export, prebuilt_export  # noqa: E402
 from benchmarks.latency_protocol import Loaded, output_discarded, serve  # noqa: E402
 
 with output_discarded():  # torchao, which ExecuTorch imports, reports the CUDA kernels it cannot load
@@ -65,7 +67,11 @@ def set_threads(threads: int) -> int:
 def load(mode: str, model_path: Path, inputs_path: Path, pte_dir: Path) -> Loaded:
     if mode != MODE:
         raise ValueError(f"unknown mode {mode!r} ({MODE})")
-    export = peer_export(model_path, inputs_path, pte_dir, EXPORT_VERSION, ".pte", lambda out: export_pte(model_path, out))
+    if is_prebuilt(model_path):
+        export = prebuilt_export(model_path, inputs_path)
+    else:
+        export = peer_export(model_path, inputs_path, pte_dir, EXPORT_VERSION, ".pte",
+                             lambda out: export_pte(model_path, out))
     runtime = Runtime.get()
     start = time.perf_counter()
     method = runtime.load_program(export.path).load_method("forward")
@@ -85,7 +91,7 @@ def main() -> None:
     if args.threads > 0 and threads != args.threads:
         sys.exit(f"executorch_latency_server: asked for {args.threads} thread(s), ExecuTorch's pool has {threads}")
     serve(sys.stdin, lambda mode, model, inputs: load(mode, model, inputs, args.pte_dir),
-          f"load KEY {MODE} MODEL.ptl INPUTS.pt, run KEY, quit")
+          f"load KEY {MODE} MODEL.ptl|MODEL.pte INPUTS.pt, run KEY, quit")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@ The protocol of benchmarks/latency_protocol.py:
 
     load KEY onnxruntime MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"  (session creation; the registered model MODEL
                                                                  is exported with torch.onnx first, untimed)
+    load KEY onnxruntime MODEL.onnx INPUTS.pt  -> "ok LOAD_MS"  (a file exported beforehand, loaded as it is:
+                                                                 benchmarks/real_models.py's; checked as
+                                                                 eager_exports.prebuilt_export says)
     run KEY                                    -> "ok MS"       (InferenceSession.run on the same inputs)
     quit
 
@@ -28,7 +31,7 @@ import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 from torch.onnx import register_custom_op_symbolic, symbolic_helper  # noqa: E402
 
-from benchmarks.eager_exports import eager_module, example_tensors, peer_export  # noqa: E402
+from benchmarks.eager_exports import eager_module, example_tensors, is_prebuilt, peer_export, prebuilt_export  # noqa: E402
 from benchmarks.latency_protocol import Loaded, output_discarded, serve  # noqa: E402
 
 OPSET = 17
@@ -68,8 +71,11 @@ def export_onnx(model_path: Path, path: Path) -> None:
 def load(mode: str, model_path: Path, inputs_path: Path, threads: int, onnx_dir: Path) -> Loaded:
     if mode != MODE:
         raise ValueError(f"unknown mode {mode!r} ({MODE})")
-    export = peer_export(model_path, inputs_path, onnx_dir, EXPORT_VERSION, ".onnx",
-                         lambda out: export_onnx(model_path, out))
+    if is_prebuilt(model_path):
+        export = prebuilt_export(model_path, inputs_path)
+    else:
+        export = peer_export(model_path, inputs_path, onnx_dir, EXPORT_VERSION, ".onnx",
+                             lambda out: export_onnx(model_path, out))
     options = onnxruntime.SessionOptions()
     if threads > 0:
         options.intra_op_num_threads = threads
@@ -90,7 +96,7 @@ def main() -> None:
                         help="where the exported models are kept (default: %(default)s)")
     args = parser.parse_args()
     serve(sys.stdin, lambda mode, model, inputs: load(mode, model, inputs, args.threads, args.onnx_dir),
-          f"load KEY {MODE} MODEL.ptl INPUTS.pt, run KEY, quit")
+          f"load KEY {MODE} MODEL.ptl|MODEL.onnx INPUTS.pt, run KEY, quit")
 
 
 if __name__ == "__main__":
