@@ -1,6 +1,7 @@
 #include <bind_time/attribute_freezing.h>
 
 #include <bind_time/folded_values.h>
+#include <bind_time/operator_facts.h>
 #include <bind_time/symbolic_stack.h>
 #include <runtime/bytecode_interpreter.h>
 
@@ -9,6 +10,8 @@
 #include <torch/csrc/jit/mobile/function.h>
 #include <torch/csrc/jit/runtime/instruction.h>
 
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
@@ -178,8 +181,9 @@ class KnownValues {
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
   struct Value {
-    std::optional<c10::IValue> object; // known at bind time
-    size_t built_at = kNone;           // the LIST_CONSTRUCT that built it
+    std::optional<c10::IValue> object; // known at bind time: the same object on every run
+    size_t built_at = kNone;           // the LIST_CONSTRUCT that built it (a new list on every run)
+    std::optional<c10::IValue> elements; // such a list's elements, all known constants
   };
   struct BuiltList {
     int reads = 0;     // by operators that only read it
@@ -187,7 +191,7 @@ class KnownValues {
   };
 
   int known(const c10::IValue& object) {
-    values_.push_back({object, kNone});
+    values_.push_back({object, kNone, std::nullopt});
     return static_cast<int>(values_.size() - 1);
   }
   int unknown() {
@@ -313,11 +317,12 @@ class KnownValues {
         return branch(pc, previous);
       case opcode::OP:
       case opcode::OPN:
-        call(inst);
-        return false;
+        return call(pc, previous);
       case opcode::LIST_CONSTRUCT:
         list_construct(pc, previous);
         return false;
+      case opcode::__NOT__:
+        return negate(pc, previous);
       case opcode::TUPLE_CONSTRUCT:
         for (int id : pop(static_cast<size_t>(inst.X))) {
           other_use(id);
@@ -355,6 +360,24 @@ class KnownValues {
     return true;
   }
 
+  // `not` of a known bool: LOADC b; __NOT__ -> LOADC (not b).
+  bool negate(size_t pc, size_t previous) {
+    const std::optional<c10::IValue> operand = object_of(pop());
+    if (!operand || !operand->isBool()) {
+      stack_.push(unknown());
+      return false;
+    }
+    const c10::IValue result(!operand->toBool());
+    stack_.push(known(result));
+    if (!is_kept_loadc(previous) || targets_.count(pc) != 0) {
+      return false;
+    }
+    program_.items[previous].removed = true;
+    program_.items[pc].inst = make(opcode::LOADC, program_.constant(result));
+    ++report_.computed_calls;
+    return true;
+  }
+
   bool branch(size_t pc, size_t previous) {
     const std::optional<c10::IValue> condition = object_of(pop());
     if (!condition || !condition->isBool() || !is_kept_loadc(previous) || targets_.count(pc) != 0) {
@@ -370,7 +393,8 @@ class KnownValues {
     return true;
   }
 
-  void call(const Instruction& inst) {
+  bool call(size_t pc, size_t previous) {
+    const Instruction inst = program_.items[pc].inst;
     const std::string name = op_display_name(code_.op_names_[static_cast<size_t>(inst.X)]);
     const c10::FunctionSchema* schema = schema_of_(name);
     int given = inst.op == opcode::OPN ? static_cast<int>(inst.N) : code_.operator_input_sizes_[inst.X];
@@ -379,9 +403,24 @@ class KnownValues {
     }
     if (schema == nullptr || given < 0) {
       forget();
-      return;
+      return false;
     }
     const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    if (const std::optional<c10::IValue> result = computed_now(inst, *schema, inputs)) {
+      std::vector<size_t> pushes = kept_pushes_before(previous, inputs.size());
+      if ((inputs.empty() || !pushes.empty()) && targets_.count(pc) == 0) {
+        // The constants pushed for it and the call -> the result, a constant.
+        for (size_t push : pushes) {
+          program_.items[push].removed = true;
+        }
+        program_.items[pc].inst = make(opcode::LOADC, program_.constant(*result));
+        stack_.push(known(*result));
+        ++report_.computed_calls;
+        return true;
+      }
+      stack_.push(known(*result));
+      return false;
+    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Value* v = value(inputs[i]);
       if (v != nullptr && v->built_at != kNone) {
@@ -393,18 +432,92 @@ class KnownValues {
       }
     }
     stack_.push(schema->returns().size(), unknown());
+    return false;
   }
 
-  // A list of number constants pushed just before it (no jump lands among them) may become one constant.
+  // The result of a call whose every argument is known, computed now, where that is the call's result on every
+  // run: a deterministic operator of numbers, bools, strings or None returning one such value (not training or
+  // p == 0.0), or `is` / `is not` of two known objects. nullopt otherwise.
+  std::optional<c10::IValue> computed_now(
+      const Instruction& inst, const c10::FunctionSchema& schema, const std::vector<int>& inputs) {
+    const std::string& name = schema.name();
+    const bool identity = name == "aten::__is__" || name == "aten::__isnot__";
+    if (inputs.empty() || schema.returns().size() != 1 || !is_immutable_value(schema.returns()[0].type())) {
+      return std::nullopt;
+    }
+    const OperatorFacts facts = operator_facts(schema);
+    if (!facts.deterministic || facts.acts_outside || facts.may_alias_or_write_anything) {
+      return std::nullopt;
+    }
+    torch::jit::Stack stack;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* v = value(inputs[i]);
+      if (v != nullptr && v->elements && !may_write_argument(schema, facts, i)) {
+        stack.push_back(*v->elements); // a list of constants built for it (mode in ["batch", "row"])
+        continue;
+      }
+      const std::optional<c10::IValue> object = object_of(inputs[i]);
+      if (!object || !(identity || is_immutable_object(*object))) {
+        return std::nullopt;
+      }
+      stack.push_back(*object);
+    }
+    try {
+      code_.operators_.at(static_cast<size_t>(inst.X))(stack);
+    } catch (const std::exception&) {
+      return std::nullopt; // it raises (an int division by zero): left to raise on every run
+    }
+    if (stack.size() != 1 || !is_immutable_object(stack[0])) {
+      return std::nullopt;
+    }
+    return stack[0];
+  }
+  static bool is_immutable_object(const c10::IValue& value) {
+    return value.isInt() || value.isDouble() || value.isBool() || value.isNone() || value.isString();
+  }
+  // The `count` kept LOADC instructions right before `pc`, none a jump target; fewer if there are not.
+  // The instructions that pushed the `count` values a call takes, when each is a kept LOADC right before it, or a
+  // LIST_CONSTRUCT of such LOADCs (none a jump target); empty otherwise.
+  std::vector<size_t> kept_pushes_before(size_t previous, size_t count) {
+    std::vector<size_t> pushes;
+    size_t at = previous;
+    for (size_t i = 0; i < count; ++i) {
+      if (at == kNone || program_.items[at].removed || targets_.count(at) != 0) {
+        return {};
+      }
+      const Instruction& inst = program_.items[at].inst;
+      if (inst.op == opcode::LIST_CONSTRUCT && lists_.count(at) != 0) {
+        lists_[at].other_use = true; // removed with the call: not a list to fold
+        pushes.push_back(at);
+        for (int64_t e = 0; e < inst.N; ++e) {
+          at = previous_kept(at);
+          if (!is_kept_loadc(at) || targets_.count(at) != 0) {
+            return {};
+          }
+          pushes.push_back(at);
+        }
+      } else if (inst.op == opcode::LOADC) {
+        pushes.push_back(at);
+      } else {
+        return {};
+      }
+      at = previous_kept(at);
+    }
+    return pushes;
+  }
+
+  // A list of constants pushed just before it (no jump lands among them): a call of constants may be computed
+  // with it, and a list of numbers may become one constant.
   void list_construct(size_t pc, size_t previous) {
     const size_t n = static_cast<size_t>(program_.items[pc].inst.N);
     const std::vector<int> elements = pop(n);
-    bool constant = true;
+    bool constant = true, numbers = true;
     size_t at = pc;
     for (size_t i = 0; i < n && constant; ++i) {
       at = i == 0 ? previous : previous_kept(at);
       constant = is_kept_loadc(at) && targets_.count(at) == 0 && object_of(elements[n - 1 - i]) &&
-                 is_number(*object_of(elements[n - 1 - i]));
+                 is_immutable_object(*object_of(elements[n - 1 - i]));
+      numbers = numbers && constant && is_number(*object_of(elements[n - 1 - i]));
     }
     if (!constant || targets_.count(pc) != 0) {
       for (int id : elements) {
@@ -413,8 +526,12 @@ class KnownValues {
       stack_.push(unknown());
       return;
     }
-    values_.push_back({std::nullopt, pc});
-    lists_[pc];
+    c10::impl::GenericList elements_now(code_.types_.at(static_cast<size_t>(program_.items[pc].inst.X))->containedType(0));
+    for (int id : elements) {
+      elements_now.push_back(*object_of(id));
+    }
+    values_.push_back({std::nullopt, pc, c10::IValue(std::move(elements_now))});
+    lists_[pc].other_use = !numbers; // a list of strings is only ever computed with, never made a constant
     stack_.push(static_cast<int>(values_.size() - 1));
   }
   size_t previous_kept(size_t index) const {
@@ -684,6 +801,23 @@ bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, At
   return changed;
 }
 
+// The function's bytecode, one instruction a line, with each operator's name and each constant's kind.
+void print_bytecode(std::ostream& out, const std::string& name, const torch::jit::mobile::Code& code) {
+  out << "bytecode of " << name << " after bind-time freezing:\n";
+  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+    const Instruction& inst = code.instructions_[pc];
+    out << "  " << pc << " " << opcode_name(inst.op) << " " << inst.X << " " << inst.N;
+    if (inst.op == opcode::OP || inst.op == opcode::OPN) {
+      out << "  " << op_display_name(code.op_names_[static_cast<size_t>(inst.X)]);
+    } else if (inst.op == opcode::LOADC) {
+      out << "  " << code.constants_[static_cast<size_t>(inst.X)].tagKind();
+    } else if (is_jump(inst.op)) {
+      out << "  -> " << static_cast<int64_t>(pc) + inst.X;
+    }
+    out << "\n";
+  }
+}
+
 // Why the model's attributes may change between or during runs, seen from its bytecode alone; "" if they cannot.
 std::string why_attributes_may_change(const torch::jit::mobile::Module& module) {
   for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
@@ -763,6 +897,9 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
     if (is_method_of(*function, self)) { // otherwise nothing of its arguments is known
       rewritten.push_back({function, code});
       frozen(code, schema_of, self, function->getSchema().arguments().size(), report).write_to(code);
+      if (std::getenv("LIGHTWEIGHT_DISPATCH_PRINT_FROZEN_BYTECODE") != nullptr) {
+        print_bytecode(std::cerr, function->qualname().qualifiedName(), code);
+      }
     }
     instructions_after += code.instructions_.size();
   }

@@ -17,6 +17,9 @@
 // INTERFACE_CALL, which could receive a module), and after the rewrite no function of the model may write a
 // constant or anything sharing its memory (folded_values.h's trace). Otherwise every function keeps its bytecode,
 // and the report says why.
+//
+// LIGHTWEIGHT_DISPATCH_PRINT_FROZEN_BYTECODE=1 prints each rewritten function's bytecode to stderr, for a person
+// finding out why a site was not taken or a check not resolved.
 #pragma once
 
 #include <lightweight_dispatch/bind_time_report.h>

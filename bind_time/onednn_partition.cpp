@@ -95,8 +95,10 @@ namespace {
 // One site's operator and fused operation appended to `graph`, after `input`; its result.
 Value* append_site(Graph& graph, const WeightSite& site, Value* input, Value* residual, const c10::TensorTypePtr& type) {
   namespace aten = torch::jit::aten;
-  Value* weight = graph.insertConstant(site.weight);
-  Value* bias = site.bias ? graph.insertConstant(*site.bias) : graph.insertConstant(c10::IValue());
+  // A model saved unfrozen keeps its weights as parameters that require grad, which the graph takes as constants
+  // only detached (the same data: nothing here computes gradients).
+  Value* weight = graph.insertConstant(site.weight.detach());
+  Value* bias = site.bias ? graph.insertConstant(site.bias->detach()) : graph.insertConstant(c10::IValue());
   Value* result = site.op == SiteOp::Linear
                       ? graph.insert(aten::linear, {input, weight, bias})
                       : graph.insert(aten::conv2d,

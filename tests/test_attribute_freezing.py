@@ -231,3 +231,56 @@ def test_unfrozen_models_agree_with_the_stage_free_runs_on_new_values_and_shapes
 ) -> None:
     shapes = [(1, 3, 10, 10)] * 3 + [(2, 3, 12, 12)] * 2 + [(1, 3, 10, 10)]
     assert_agrees(check_source(tmp_path, TRAINING_BRANCH, "DropsInTraining", shapes))
+
+
+class SkipsInEval(torch.nn.Module):
+    """torchvision's stochastic depth: checks of constants (`not in` a list of strings, `not self.training or
+    p == 0.0`) that only computing them at bind time resolves; before them nothing could be frozen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(6)
+        self.p = 0.2
+        self.mode = "row"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn(self.conv(x))
+        if self.mode not in ["batch", "row"]:
+            raise ValueError(f"mode has to be either 'batch' or 'row', but got {self.mode}")
+        if not self.training or self.p == 0.0:
+            return torch.relu(y)
+        return y * torch.rand([y.shape[0], 1, 1, 1])
+
+
+class Classifier(torch.nn.Module):
+    """A linear layer whose weight is a parameter that requires grad, as every unfrozen model's are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+@pytest.mark.parametrize("module, example", [(SkipsInEval(), torch.randn(1, 3, 8, 8)),
+                                             (Classifier(), torch.randn(2, 16))])
+def test_checks_of_constants_are_computed_and_parameters_compile(
+    module: torch.nn.Module, example: torch.Tensor, predictor: Path, tmp_path: Path
+) -> None:
+    module = module.eval()
+    model = save_lite_model(module, tmp_path / "m.ptl")
+    torch.save([example], tmp_path / "m.inputs.pt")
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(example)), tmp_path / "m.expected.pt")
+    run = run_json(predictor, model, "--atol", "1e-5")
+    assert run["outputs_match"] is True, run["mismatch"]
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is True, freezing
+    sites = run["specialized_sites"]
+    assert len(sites) == 1 and sites[0]["notes"] == [], sites
+    assert sites[0]["specialized_calls"] > 0
+    if isinstance(module, SkipsInEval):
+        assert freezing["computed_calls"] >= 3 and freezing["folded_batch_norms"] == 1
+        assert not any(site["op"] == "aten::rand" for site in run["call_sites"])  # the training path is gone
