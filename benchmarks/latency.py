@@ -154,18 +154,28 @@ def load_runners(name: str, models_dir: Path, servers: dict[str, LatencyServer],
     return runners
 
 
-def round_order(modes: list[str], rng: random.Random) -> list[str]:
-    """A fresh random order, with static, static_plain and dynamic adjacent (in random order) so the runs the
-    targets compare see the same machine conditions as nearly as possible."""
-    pair = [m for m in ("static", "static_plain", "dynamic") if m in modes]
-    rng.shuffle(pair)
-    units: list[list[str]] = [pair] if pair else []
-    units += [[m] for m in modes if m not in pair]
+ADJACENT = (("static", "static_plain", "dynamic"),)
+
+
+def round_order(modes: list[str], rng: random.Random,
+                adjacent: tuple[tuple[str, ...], ...] = ADJACENT) -> list[str]:
+    """A fresh random order, with each group of `adjacent` (by default static, static_plain and dynamic) kept
+    together, in random order within it, so the runs the targets compare see the same machine conditions as
+    nearly as possible."""
+    units: list[list[str]] = []
+    for group in adjacent:
+        unit = [m for m in group if m in modes]
+        rng.shuffle(unit)
+        if unit:
+            units.append(unit)
+    grouped = {m for unit in units for m in unit}
+    units += [[m] for m in modes if m not in grouped]
     rng.shuffle(units)
     return [m for unit in units for m in unit]
 
 
-def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs: int, warmup: int, seed: int) -> None:
+def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs: int, warmup: int, seed: int,
+                adjacent: tuple[tuple[str, ...], ...] = ADJACENT) -> None:
     rng = random.Random(seed)
     modes = list(runners)
     for mode in list(modes):  # the first inference of each, already loaded, in a warm process
@@ -176,7 +186,7 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
             modes.remove(mode)
     for round_index in range(warmup + runs):
         times: dict[str, float] = {}
-        for mode in round_order(modes, rng):
+        for mode in round_order(modes, rng, adjacent):
             try:
                 times[mode] = runners[mode]()
             except Exception as error:
@@ -192,7 +202,7 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
     # each burst's first run is dropped.
     warm: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(BURST_ROUNDS):
-        for mode in round_order(modes, rng):
+        for mode in round_order(modes, rng, adjacent):
             warm[mode] += [runners[mode]() for _ in range(BURST_LENGTH)][1:]
     samples.warm_burst_ms = {mode: statistics.median(times) for mode, times in warm.items()}
 

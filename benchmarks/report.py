@@ -182,6 +182,112 @@ def bind_time_table(section: Section) -> list[str]:
                    "first run", "background preparation"], rows)
 
 
+def _marked(section: Section, name: str, limit: float) -> str:
+    """A per-round ratio with its interval and whether it meets `limit` (✓ met, ✗ missed)."""
+    if not section.has(name):
+        return "–"
+    value = section.get(name)
+    return f"{value:.3f} {'✓' if value <= limit else '✗'} ({section.get(name + '_ci95')})"
+
+
+def real_models_names(section: Section) -> list[str]:
+    names = []
+    for figure in section.figures:
+        name = figure.name.split("/")[1]
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def real_models_table(section: Section) -> list[str]:
+    """Per model and thread count: ms per mode, and the issue's ratios, each marked met or missed."""
+    from benchmarks import real_models_bench as real
+
+    rows = []
+    for model in real_models_names(section):
+        for threads in (1, 2):
+            p = f"real_models/{model}/threads_{threads}"
+            if not section.has(f"{p}/rounds"):
+                continue
+            peer = section.get(f"{p}/best_peer") if section.has(f"{p}/best_peer") else None
+            rows.append([f"`{model}`", str(threads), str(section.get(f"{p}/rounds")),
+                         *(_value(section, f"{p}/{m}/median_ms", "{:.2f}") for m in real.MODES),
+                         real.MODE_LABELS[peer] if peer else "–",
+                         _marked(section, f"{p}/static_to_best_peer", real.PEER_TARGET),
+                         _marked(section, f"{p}/static_frozen_to_best_peer", real.PEER_TARGET),
+                         _marked(section, f"{p}/static_to_static_frozen", real.FROZEN_TARGET),
+                         _marked(section, f"{p}/static_to_static_plain", real.STAGE_TARGET),
+                         _marked(section, f"{p}/static_frozen_to_static_plain_frozen", real.STAGE_TARGET)])
+    return _table(["model", "threads", "rounds", *(f"{real.MODE_LABELS[m]} (ms)" for m in real.MODES), "best peer",
+                   f"static / best peer (≤ {real.PEER_TARGET})", f"frozen / best peer (≤ {real.PEER_TARGET})",
+                   f"unfrozen / frozen (≤ {real.FROZEN_TARGET})", f"stage / no stage (≤ {real.STAGE_TARGET})",
+                   f"frozen: stage / no stage (≤ {real.STAGE_TARGET})"], rows)
+
+
+def real_models_cold_table(section: Section) -> list[str]:
+    from benchmarks import real_models_bench as real
+
+    rows = []
+    for model in real_models_names(section):
+        p = f"real_models/{model}/cold"
+        if not any(section.has(f"{p}/{m}/load_plus_first_ms") for m in real.COLD_MODES):
+            continue
+        cells = []
+        for mode in real.COLD_MODES:
+            if section.has(f"{p}/{mode}/load_plus_first_ms"):
+                cells.append(f"{section.get(f'{p}/{mode}/load_plus_first_ms'):.1f} "
+                             f"({section.get(f'{p}/{mode}/load_ms'):.1f} + {section.get(f'{p}/{mode}/first_inference_ms'):.1f})")
+            else:
+                cells.append("–")
+        ratios = []
+        for mode in ("static", "static_frozen"):
+            name = f"{p}/{mode}_to_best_peer_load_plus_first"
+            ratios.append(f"{section.get(name):.2f} {'✓' if section.get(name) <= real.COLD_TARGET else '✗'}"
+                          if section.has(name) else "–")
+        rows.append([f"`{model}`", *cells, *ratios])
+    return _table(["model", *(f"{real.MODE_LABELS[m]}: load + first (ms)" for m in real.COLD_MODES),
+                   f"static / best peer (≤ {real.COLD_TARGET})", f"frozen / best peer (≤ {real.COLD_TARGET})"], rows)
+
+
+def real_models_lines(section: Section) -> list[str]:
+    """report.md's section for benchmarks/real_models_bench.py."""
+    if not section.figures and not section.skipped:
+        return []
+    from benchmarks import real_models_bench as real
+
+    lines = [
+        "## 4. Real models (issue 21): torchvision classifiers, an int8 MobileNetV2, DistilBERT",
+        "",
+        "Exported in the peers' environment by `benchmarks/real_models.py` (random seeded weights, saved unfrozen as",
+        "users save them and frozen) into `build/real_models/`, run by `build_real/`'s `bench_latency_server`, built",
+        "with `-DSELECTED_MODELS=build/real_models/` (exactly their operators). *static*: the model as saved, with",
+        "the bind-time stage; *no stage*: `--no-specialize`; *frozen*: `NAME_frozen.ptl`. The peers load the",
+        "exported `.onnx` / `.pte`; `mobilenet_v2_int8`'s ONNX Runtime file is ORT's own static QDQ int8 model of",
+        "the same float network. Medians of interleaved rounds (each round every mode once, in a fresh random",
+        "order, each stage / no-stage pair adjacent); ratios are medians of per-round ratios (95% bootstrap",
+        "interval). The best peer is the peer with the lower median at that model and thread count. ✓ met, ✗",
+        f"missed. Slow models run fewer rounds ({', '.join(f'{m}: {n}' for m, n in real.ROUNDS_CAP.items())}; the",
+        "rounds column).",
+        "",
+        *real_models_table(section),
+        "",
+        "Load + first run, fresh processes, 1 thread: `lite_predictor --json` (its load includes the archive",
+        "checks and binding; the stage prepares its compiled kernels in the background after the first run)",
+        "against ORT's session creation and ExecuTorch's program and method load, each + its first run (ms:",
+        "load + first), medians of `--cold-reps` processes (fewer for "
+        f"{', '.join(f'{m}: {n}' for m, n in real.COLD_REPS_CAP.items())}):",
+        "",
+        *real_models_cold_table(section),
+        "",
+    ]
+    manifest = section.details.get("manifest", {})
+    for model, checks in manifest.get("peer_checks", {}).items():
+        for kind, check in checks.items():
+            lines += [f"`{model}`'s `.{kind}` is checked against `{check['expected']}`, not `{model}.expected.pt`: "
+                      f"{check['why']}.", ""]
+    return lines
+
+
 def targets_list(targets: list[Target]) -> list[str]:
     mark = {True: "met", False: "**missed**", None: "not judged"}
     return [f"- {mark[t.met]}: {t.name} ({t.detail})" for t in targets]
@@ -295,6 +401,7 @@ def write_markdown(path: Path, sections: dict[str, Section], environment: dict, 
     notes = [f.note for f in size.figures if f.name == "size/all_ops/object_bytes"]
     if notes:
         lines += [f"All-ops figures: {notes[0]}.", ""]
+    lines += real_models_lines(sections.get("real_models", Section()))
     skipped = [s for section in sections.values() for s in section.skipped]
     if skipped:
         lines += ["## Skipped", "", *(f"- {s}" for s in skipped), ""]
@@ -308,9 +415,13 @@ def plot(path: Path, sections: dict[str, Section]) -> None:
     import matplotlib.pyplot as plt
 
     per_op, latency, size = (sections.get(n, Section()) for n in SECTION_NAMES)
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.6), gridspec_kw={"width_ratios": [1.0, 2.4, 0.6]})
-    for ax, section, draw in ((axes[0], per_op, _plot_per_op), (axes[1], latency, _plot_latency),
-                              (axes[2], size, _plot_size)):
+    real = sections.get("real_models", Section())
+    panels = [(per_op, _plot_per_op, 1.0), (latency, _plot_latency, 2.4), (size, _plot_size, 0.6)]
+    if real.figures:
+        panels.append((real, _plot_real_models, 1.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(18 + 7 * (len(panels) - 3), 5.6),
+                             gridspec_kw={"width_ratios": [w for _, _, w in panels]})
+    for ax, (section, draw, _) in zip(axes, panels):
         if section.figures:
             draw(ax, section)
         else:
@@ -391,4 +502,21 @@ def _plot_size(ax, section: Section) -> None:
     ax.axhline(values[1], color="black", linestyle="dashed", linewidth=1, label="target: <= all-ops' bytes per op")
     ax.set_ylabel("loadable bytes per generated op (helpers excluded)")
     ax.set_title("Generated code size per op")
+    ax.legend(fontsize=7)
+
+
+def _plot_real_models(ax, section: Section) -> None:
+    """Ours / the best peer per real model and thread count (median per-round ratios), unfrozen and frozen."""
+    groups = [(m, t) for m in real_models_names(section) for t in (1, 2)
+              if section.has(f"real_models/{m}/threads_{t}/best_peer")]
+    for offset, mode, color, label in ((-0.2, "static", STATIC, "static (as saved) / best peer"),
+                                       (0.2, "static_frozen", "#74c476", "frozen / best peer")):
+        values = [section.get(f"real_models/{m}/threads_{t}/{mode}_to_best_peer")
+                  if section.has(f"real_models/{m}/threads_{t}/{mode}_to_best_peer") else 0 for m, t in groups]
+        ax.bar([g + offset for g in range(len(groups))], values, 0.38, color=color, label=label)
+    ax.axhline(1.0, color="black", linestyle="dashed", linewidth=1, label="target: <= 1.0")
+    labels = [f"{m} ({t}t) {section.get(f'real_models/{m}/threads_{t}/best_peer')}" for m, t in groups]
+    ax.set_xticks(range(len(groups)), labels, fontsize=6.5, rotation=40, ha="right", rotation_mode="anchor")
+    ax.set_ylabel("median per-round ratio to the best peer")
+    ax.set_title("Real models (issue 21) against the best peer")
     ax.legend(fontsize=7)

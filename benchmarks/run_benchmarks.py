@@ -11,6 +11,10 @@
             ExecuTorch + XNNPACK (in their own environment, build/peers_venv), interleaved, 1 and 2 threads;
             load and first inference
    bind-time: the bind-time stage run alone, each model in lite_predictor with and without --no-specialize
+   real-models: issue 21's real models (torchvision classifiers, an int8 MobileNetV2, DistilBERT; exported in the
+            peers' environment into build/real_models/), run by a predictor built for exactly their operators
+            (build_real/), unfrozen and frozen, with and without the bind-time stage, against ONNX Runtime and
+            ExecuTorch + XNNPACK, interleaved, 1 and 2 threads; load + first run
 3. size:    object bytes and build time of the generated code, default selection vs --all-ops, and the
             predictor binary
 
@@ -34,9 +38,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import backend_cost, bind_time_alone, peers_env, per_op, report, size  # noqa: E402
-from benchmarks.figures import Section, from_json  # noqa: E402
+from benchmarks.figures import Section, Target, from_json  # noqa: E402
 
-BENCHMARKS = ("per-op", "backend-cost", "latency", "bind-time", "size")
+BENCHMARKS = ("per-op", "backend-cost", "latency", "bind-time", "real-models", "size")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,11 +61,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "build/peers_venv, apart from .venv)")
     parser.add_argument("--models", default=None,
                         help="latency: comma-separated models (default: benchmarks/latency.py's LATENCY_MODELS)")
-    parser.add_argument("--threads", default="1,2", help="latency: intra-op thread counts (default: %(default)s)")
-    parser.add_argument("--runs", type=int, default=61, help="latency: timed interleaved rounds (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=5, help="latency: untimed rounds first (default: %(default)s)")
+    parser.add_argument("--real-models", default=None,
+                        help="real-models: comma-separated (default: benchmarks/real_models_bench.py's MODEL_NAMES)")
+    parser.add_argument("--threads", default="1,2",
+                        help="latency, real-models: intra-op thread counts (default: %(default)s)")
+    parser.add_argument("--runs", type=int, default=61,
+                        help="latency, real-models: timed interleaved rounds (default: %(default)s; real-models caps "
+                             "its slow models lower)")
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="latency, real-models: untimed rounds first (default: %(default)s)")
     parser.add_argument("--cold-reps", type=int, default=3,
-                        help="latency: fresh processes per mode for load and first inference (default: %(default)s)")
+                        help="latency, real-models: fresh processes per mode for load and first inference "
+                             "(default: %(default)s)")
     parser.add_argument("--omp-wait-policy", default="default", choices=("PASSIVE", "ACTIVE", "default"),
                         help="OMP_WAIT_POLICY for the latency processes (default: %(default)s, unset, as an app runs "
                              "LibTorch; PASSIVE puts OpenMP's workers to sleep after every parallel region, which "
@@ -107,6 +118,30 @@ def run_latency(args: argparse.Namespace, out: Path) -> Section:
     return from_json(json.loads(result.read_text()))
 
 
+def run_real_models(args: argparse.Namespace, out: Path) -> Section:
+    """In a child process, as run_latency: the OpenMP wait policy is in its servers' environment."""
+    env = dict(os.environ)
+    if args.omp_wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+    result = out / "real_models.json"
+    command = [sys.executable, "-m", "benchmarks.real_models_bench", "--json", str(result), "--threads", args.threads,
+               "--runs", str(args.runs), "--warmup", str(args.warmup), "--cold-reps", str(args.cold_reps)]
+    if args.real_models:
+        command += ["--models", args.real_models]
+    reason = "--no-peers: the real models are exported and compared in the peers' environment" if args.no_peers else None
+    if reason is None:
+        try:
+            command += ["--peers-python", str(peers_env.ensure_peers_python())]
+        except peers_env.PeersEnvError as error:
+            reason = f"the peers' environment could not be made (it exports the set and runs the peers): {error}"
+    if reason is not None:
+        print(f"  real models: skipped: {reason}", file=sys.stderr)
+        return Section(skipped=[f"real models: {reason}"],
+                       targets=[Target("real models: issue 21's targets", None, f"not run: {reason[:300]}")])
+    subprocess.run(command, check=True, cwd=REPO_ROOT, env=env)
+    return from_json(json.loads(result.read_text()))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or args.build_dir / "bench"
@@ -142,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 out / "backend_cost", python, cmake)
         elif name == "latency":
             sections["latency"] = run_latency(args, out)
+        elif name == "real-models":
+            sections["real_models"] = run_real_models(args, out)
         elif name == "bind-time":
             sections["bind_time"] = bind_time_alone.measure(args.build_dir / "lite_predictor", args.build_dir / "models")
         else:

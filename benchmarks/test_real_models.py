@@ -99,3 +99,91 @@ def test_the_quantized_model_is_quantized_and_ort_has_its_own_int8_model(tmp_pat
     step = manifest["atol"] - 1e-4
     (got,) = _lite_outputs(tmp_path / "mobilenet_v2_int8.ptl")
     assert (got - torch.load(tmp_path / "mobilenet_v2_int8.expected.pt")[0]).abs().max() <= step * 1.001
+
+
+# ------------------------------------------------------------------ the benchmark's section (no timing: fake results)
+
+def _fake_samples(times: dict[str, list[float]]) -> "Samples":
+    from benchmarks.latency import Samples
+
+    rounds = [dict(zip(times, values)) for values in zip(*times.values())]
+    return Samples(load_ms={m: 1.0 for m in times}, first_ms={m: 2.0 for m in times}, rounds=rounds)
+
+
+def test_the_real_model_section_judges_ours_against_the_faster_peer_and_reports_it() -> None:
+    from benchmarks import real_models_bench as real
+    from benchmarks.figures import Section
+    from benchmarks.report import real_models_cold_table, real_models_lines
+
+    section = Section()
+    # ExecuTorch is the faster peer; unfrozen is 2% slower than frozen; the stage helps unfrozen, not frozen.
+    samples = _fake_samples({"static": [9.0, 9.2, 9.1], "static_plain": [10.0, 10.0, 10.0],
+                             "static_frozen": [9.0 / 1.02, 9.2 / 1.02, 9.1 / 1.02],
+                             "static_plain_frozen": [8.0, 8.0, 8.0],
+                             "onnxruntime": [12.0, 12.0, 12.0], "executorch": [10.0, 10.0, 10.0]})
+    real.record_steady("resnet18", 1, samples, 3, section)
+    p = "real_models/resnet18/threads_1"
+    assert section.get(f"{p}/best_peer") == "executorch"
+    assert section.get(f"{p}/static_to_best_peer") == 0.91
+    assert section.get(f"{p}/static_to_static_frozen") == 1.02
+    assert section.get(f"{p}/static_to_static_plain") == 0.91
+    assert section.get(f"{p}/static_frozen_to_static_plain_frozen") > 1.0
+    # Cold start: ORT is the faster peer to start; ours 1.4x it unfrozen, 1.6x frozen.
+    cold = {"static": [(10.0, 4.0, 0.0)] * 3, "static_frozen": [(12.0, 4.0, 0.0)] * 3,
+            "onnxruntime": [(8.0, 2.0, 0.0)] * 3, "executorch": [(9.0, 3.0, 0.0)] * 3}
+    real.record_cold("resnet18", cold, {}, section)
+    assert section.get("real_models/resnet18/cold/best_peer") == "onnxruntime"
+    assert section.get("real_models/resnet18/cold/static_to_best_peer_load_plus_first") == 1.4
+    real.judge("resnet18", (1,), section)
+    verdicts = {t.name.split(": ", 1)[1].split(" <=")[0]: t.met for t in section.targets}
+    assert verdicts == {"ours": True, "unfrozen": True, "the bind-time stage": False, "load + first run": False}
+
+    # A model with no ExecuTorch file: ORT is the best peer; no 2-thread run, so those parts are not judged.
+    int8 = _fake_samples({"static": [5.0, 5.0, 5.0], "static_plain": [5.0, 5.0, 5.0], "static_frozen": [5.0, 5.0, 5.0],
+                          "static_plain_frozen": [5.0, 5.0, 5.0], "onnxruntime": [4.0, 4.0, 4.0]})
+    int8.failed["executorch"] = "not exported: eager-mode quantized modules are not exportable"
+    real.record_steady("mobilenet_v2_int8", 1, int8, 3, section)
+    assert section.get("real_models/mobilenet_v2_int8/threads_1/best_peer") == "onnxruntime"
+    real.judge("mobilenet_v2_int8", (1, 2), section)
+    peer_target = next(t for t in section.targets if t.name.startswith("real mobilenet_v2_int8: ours"))
+    assert peer_target.met is False and "frozen 2t not measured" in peer_target.detail
+    stage_target = next(t for t in section.targets if t.name.startswith("real mobilenet_v2_int8: the bind-time"))
+    assert stage_target.met is None  # 1 thread met, 2 threads not measured
+    assert any("mobilenet_v2_int8 1 thread(s) executorch: not exported" in s for s in section.skipped)
+
+    markdown = "\n".join(real_models_lines(section))
+    row = next(line for line in markdown.splitlines() if line.startswith("| `resnet18` | 1 |"))
+    assert "| ExecuTorch |" in row and "0.910 ✓" in row and "1.020 ✓" in row and "✗" in row
+    int8_row = next(line for line in markdown.splitlines() if line.startswith("| `mobilenet_v2_int8` | 1 |"))
+    assert "| ONNX Runtime |" in int8_row and "1.250 ✗" in int8_row
+    cold_row = next(line for line in real_models_cold_table(section) if line.startswith("| `resnet18`"))
+    assert "14.0 (10.0 + 4.0)" in cold_row and "1.40 ✓" in cold_row and "1.60 ✗" in cold_row
+
+
+def test_the_section_knows_the_set_and_reuses_exports_only_while_their_inputs_are_unchanged(tmp_path: Path) -> None:
+    from benchmarks import real_models_bench as real
+
+    assert real.MODEL_NAMES == MODEL_NAMES and real.FROZEN_SUFFIX == FROZEN_SUFFIX
+    assert not real.exports_current(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": {name: {} for name in MODEL_NAMES}}))
+    for name in MODEL_NAMES:
+        (tmp_path / f"{name}.ptl").write_bytes(b"")
+    (tmp_path / real.STAMP).write_text("stale\n")
+    assert not real.exports_current(tmp_path)
+    (tmp_path / real.STAMP).write_text(real.export_key() + "\n")
+    assert real.exports_current(tmp_path)
+
+
+def test_a_prebuilt_peer_file_is_checked_against_the_reference_its_manifest_names(tmp_path: Path) -> None:
+    from benchmarks.eager_exports import prebuilt_export
+
+    torch.save([torch.zeros(3)], tmp_path / "m.inputs.pt")
+    torch.save([torch.zeros(2)], tmp_path / "m.expected.pt")
+    torch.save([torch.ones(2)], tmp_path / "m.float.expected.pt")
+    manifest = {"models": {"m": {"atol": 0.01, "peer_checks": {"onnx": {"expected": "m.float.expected.pt", "atol": 0.5}}}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    onnx, pte = prebuilt_export(tmp_path / "m.onnx", tmp_path / "m.inputs.pt"), prebuilt_export(
+        tmp_path / "m.pte", tmp_path / "m.inputs.pt")
+    assert len(onnx.inputs) == 1
+    assert onnx.check([torch.full((2,), 0.6)]) is None and onnx.check([torch.zeros(2)]) is not None
+    assert pte.check([torch.full((2,), 0.005)]) is None and pte.check([torch.full((2,), 0.6)]) is not None
