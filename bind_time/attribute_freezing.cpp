@@ -406,6 +406,20 @@ class KnownValues {
       return false;
     }
     const std::vector<int> inputs = pop(static_cast<size_t>(given));
+    if (is_inference_dropout(*schema, inputs)) {
+      const std::vector<size_t> pushes = kept_pushes_before(previous, 2);
+      if (!pushes.empty() && targets_.count(pc) == 0) {
+        // dropout(input, p, false) returns input itself: the call and the constants pushed for it go, and the
+        // input stays where it was, as torch.jit.freeze leaves an eval model.
+        for (size_t push : pushes) {
+          program_.items[push].removed = true;
+        }
+        program_.items[pc].removed = true;
+        stack_.push(inputs[0]);
+        ++report_.removed_dropouts;
+        return true;
+      }
+    }
     if (const std::optional<c10::IValue> result = computed_now(inst, *schema, inputs)) {
       std::vector<size_t> pushes = kept_pushes_before(previous, inputs.size());
       if ((inputs.empty() || !pushes.empty()) && targets_.count(pc) == 0) {
@@ -433,6 +447,19 @@ class KnownValues {
     }
     stack_.push(schema->returns().size(), unknown());
     return false;
+  }
+
+  // A dropout of any kind, in place or not, with `train` a known false: the call returns its input, unchanged.
+  bool is_inference_dropout(const c10::FunctionSchema& schema, const std::vector<int>& inputs) const {
+    static const std::set<std::string> dropouts = {"aten::dropout", "aten::dropout_", "aten::feature_dropout",
+        "aten::feature_dropout_", "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout",
+        "aten::feature_alpha_dropout_"};
+    if (dropouts.count(schema.name()) == 0 || inputs.size() != 3 || schema.arguments().size() != 3 ||
+        schema.arguments()[2].name() != "train") {
+      return false;
+    }
+    const std::optional<c10::IValue> train = object_of(inputs[2]);
+    return train && train->isBool() && !train->toBool() && object_of(inputs[1]);
   }
 
   // The result of a call whose every argument is known, computed now, where that is the call's result on every
@@ -917,7 +944,8 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
     kept.kept_because = "after freezing, " + refused;
     return kept;
   }
-  report.applied = report.attribute_reads > 0 || report.folded_batch_norms > 0 || report.constant_branches > 0;
+  report.applied = report.attribute_reads > 0 || report.folded_batch_norms > 0 || report.constant_branches > 0 ||
+                   report.computed_calls > 0 || report.removed_dropouts > 0;
   report.removed_instructions = static_cast<int64_t>(instructions_before) - static_cast<int64_t>(instructions_after);
   return report;
 }

@@ -88,6 +88,7 @@ struct OnednnPartition::Impl {
   std::shared_ptr<Graph> graph; // owns the fusion group node the operation refers to
   std::optional<torch::jit::Operation> operation;
   std::vector<int> input_order; // per fusion-group input: 0 = the chain's input, 1 = the tensor added
+  std::vector<int64_t> result_sizes; // a linear chain run on rows (runs_on_rows): the result's sizes; else empty
 };
 
 namespace {
@@ -165,7 +166,41 @@ bool onednn_graph_available() {
   return true;
 }
 
+namespace {
+
+// A linear chain's input of more than 2 dimensions (a batch of sequences), contiguous, and its residual: oneDNN
+// Graph's matmul is compiled for the 2-d view [rows, features] of them, which computes the same rows.
+bool runs_on_rows(const SiteChain& chain, const at::Tensor& input, const at::Tensor* residual) {
+  return chain.front()->op == SiteOp::Linear && input.dim() > 2 && input.is_contiguous() &&
+         (residual == nullptr || residual->is_contiguous());
+}
+
+at::Tensor rows_of(const at::Tensor& t) {
+  return t.view({-1, t.size(-1)});
+}
+
+} // namespace
+
 std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain& chain, const at::Tensor& input,
+    const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
+  if (!runs_on_rows(chain, input, residual)) {
+    return compile_as_given(chain, input, residual, output_format, first_result, why_not);
+  }
+  const at::Tensor input_rows = rows_of(input);
+  const std::optional<at::Tensor> residual_rows =
+      residual != nullptr ? std::optional<at::Tensor>(rows_of(*residual)) : std::nullopt;
+  auto partition = compile_as_given(chain, input_rows, residual_rows ? &*residual_rows : nullptr,
+      c10::MemoryFormat::Contiguous, first_result, why_not);
+  if (partition) {
+    std::vector<int64_t> sizes = input.sizes().vec();
+    sizes.back() = first_result.size(-1);
+    partition->impl_->result_sizes = sizes;
+    first_result = first_result.view(sizes);
+  }
+  return partition;
+}
+
+std::unique_ptr<OnednnPartition> OnednnPartition::compile_as_given(const SiteChain& chain, const at::Tensor& input,
     const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
   why_not = unsupported_because(chain, input, residual);
   if (!why_not.empty()) {
@@ -214,11 +249,13 @@ std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain& chain
 at::Tensor OnednnPartition::run(const at::Tensor& input, const at::Tensor* residual) const {
   torch::jit::Stack stack;
   stack.reserve(impl_->input_order.size());
+  const bool rows = !impl_->result_sizes.empty();
   for (int which : impl_->input_order) {
-    stack.emplace_back(which == 0 ? input : *residual);
+    const at::Tensor& given = which == 0 ? input : *residual;
+    stack.emplace_back(rows ? rows_of(given) : given);
   }
   (*impl_->operation)(stack);
-  return stack.back().toTensor();
+  return rows ? stack.back().toTensor().view(impl_->result_sizes) : stack.back().toTensor();
 }
 
 #else // no oneDNN Graph here: every site keeps its generated kernel

@@ -33,6 +33,7 @@ class OnednnPartition {
       const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
 
   ~OnednnPartition();
+  // A linear chain's input of more than 2 dimensions, contiguous, runs as its 2-d view of rows.
 
   // Runs on tensors of exactly the sizes and strides it was compiled for (the caller checks).
   at::Tensor run(const at::Tensor& input, const at::Tensor* residual) const;
@@ -40,6 +41,8 @@ class OnednnPartition {
  private:
   struct Impl;
   explicit OnednnPartition(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<OnednnPartition> compile_as_given(const SiteChain& chain, const at::Tensor& input,
+      const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
   std::unique_ptr<Impl> impl_;
 };
 

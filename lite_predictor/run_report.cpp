@@ -118,6 +118,7 @@ void print_freezing_text(std::ostream& out, const RunReport& report) {
         << " attribute read(s) now constants, " << freezing.folded_batch_norms
         << " batch_norm call(s) folded into their conv2d, " << freezing.constant_branches
         << " branch(es) on constants resolved, " << freezing.computed_calls << " call(s) on constants computed, "
+        << freezing.removed_dropouts << " inference dropout(s) removed, "
         << freezing.removed_instructions << " instruction(s) fewer\n";
   } else if (!freezing.kept_because.empty()) {
     out << "bind-time: attributes read at run time, not frozen: " << freezing.kept_because << "\n";
@@ -208,6 +209,7 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
       << ", \"kept_because\": " << json_string(freezing.kept_because) << ", \"attribute_reads\": "
       << freezing.attribute_reads << ", \"folded_batch_norms\": " << freezing.folded_batch_norms
       << ", \"constant_branches\": " << freezing.constant_branches << ", \"computed_calls\": " << freezing.computed_calls
+      << ", \"removed_dropouts\": " << freezing.removed_dropouts
       << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
     const CallSite& site = report.call_sites[i];

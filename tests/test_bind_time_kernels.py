@@ -317,14 +317,28 @@ def test_linear_sites_run_compiled_kernels_with_their_activation_or_add_fused(pr
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_a_linear_site_on_a_batch_of_sequences_runs_its_generated_kernels(predictor: Path, tmp_path: Path) -> None:
-    # oneDNN Graph's matmul is taken here for 2-d inputs only: a 3-d input keeps the generated kernels, visibly.
-    model = save_frozen(torch.nn.Linear(16, 8), [torch.randn(2, 5, 16)], tmp_path / "seq.ptl")
+def test_a_linear_site_on_a_batch_of_sequences_runs_on_its_rows(predictor: Path, tmp_path: Path) -> None:
+    # A contiguous 3-d input runs oneDNN Graph's 2-d matmul on its rows [128, 512] (large enough for it to be
+    # the faster); a transposed one (not contiguous) keeps the generated kernels, visibly.
+    linear = torch.nn.Linear(512, 512).eval()
+    model = save_frozen(linear, [torch.randn(2, 64, 512)], tmp_path / "seq.ptl")
     report = run_saving(predictor, model, tmp_path / "out.pt")
     assert report["outputs_match"] is True, report["mismatch"]
     (site,) = report["specialized_sites"]
-    assert site["notes"] == ["input [2, 5, 16] strides [80, 16, 1] Float: the input is not a dense 2-d float32 CPU tensor"]
-    assert (site["generated_calls"], site["specialized_calls"]) == (1 + later_runs(report), 0)
+    assert site["notes"] == []
+    assert (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(report))
+    out = torch.load(tmp_path / "out.pt")
+    assert out.shape == (2, 64, 512) and out.is_contiguous()
+    transposed = torch.randn(64, 2, 512).transpose(0, 1)
+    torch.save([transposed], tmp_path / "transposed.pt")
+    with torch.no_grad():
+        torch.save([linear(transposed)], tmp_path / "transposed.expected.pt")
+    report = run_saving(predictor, model, tmp_path / "out2.pt", "--input", tmp_path / "transposed.pt",
+                        "--expected", tmp_path / "transposed.expected.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    assert site["notes"] == [
+        "input [2, 64, 512] strides [512, 1024, 1] Float: the input is not a dense 2-d float32 CPU tensor"]
 
 
 def test_background_preparation_checks_and_saves_the_compiled_kernels_outputs(

@@ -60,6 +60,7 @@ struct AttributeFreezingReport {
   int64_t folded_batch_norms = 0;      // inference batch_norm calls folded into the conv2d before them
   int64_t constant_branches = 0;       // branches on a constant (self.training) resolved
   int64_t computed_calls = 0;          // calls on constants only computed at bind time (not self.training)
+  int64_t removed_dropouts = 0;        // dropout calls with train false, which return their input, removed
   int64_t removed_instructions = 0;    // instructions fewer in all (dead branches, moves, stores)
 };
 
