@@ -3,7 +3,6 @@
 #include <bind_time/folded_values.h>
 #include <bind_time/operator_facts.h>
 #include <bind_time/symbolic_stack.h>
-#include <runtime/bytecode_interpreter.h>
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/jit/mobile/code.h>

@@ -610,7 +610,9 @@ std::shared_ptr<Specialization> specialize_call_sites(
     std::set<size_t> taken; // instructions the sites re-bind
     std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
     // Before any instruction is re-bound.
-    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of));
+    const std::vector<size_t> max_pools = find_max_pool_calls(code);
+    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of),
+        std::set<size_t>(max_pools.begin(), max_pools.end()));
     std::vector<bool> channels_last(sites.size(), false); // per site, as laid out so far
     for (const Chain& found : chains_of(code, sites, flow, schema_of)) {
       const std::vector<size_t>& chain = found.sites;
@@ -647,9 +649,43 @@ std::shared_ptr<Specialization> specialize_call_sites(
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }
+    for (size_t pc : max_pools) {
+      const auto& inst = code.instructions_[pc];
+      const int given = code.operator_input_sizes_[inst.X];
+      if (taken.count(pc) != 0 || given < 1) {
+        continue;
+      }
+      // Fed by a site whose result is channels_last (it only feeds sites and this pool): the pool's result is
+      // made contiguous, the layout the stock kernels would have given it.
+      const auto from = flow.any_layout_call_input.find(pc);
+      const bool from_channels_last_site =
+          from != flow.any_layout_call_input.end() && from->second >= 0 && channels_last[static_cast<size_t>(from->second)];
+      auto kernel = std::make_shared<MaxPoolLayoutKernel>(
+          code.operators_[inst.X], static_cast<size_t>(given), from_channels_last_site);
+      rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      taken.insert(pc);
+      result->layouts_.push_back({LayoutCallSite{function_name, pc, "aten::max_pool2d", 0, 0}, std::move(kernel)});
+    }
     fold_calls(code, function_name, schema_of, taken, result->folded_);
   }
   return result;
+}
+
+std::vector<LayoutCallSite> Specialization::layout_calls() const {
+  std::vector<LayoutCallSite> reports;
+  for (const Layout& layout : layouts_) {
+    LayoutCallSite report = layout.report;
+    report.channels_last_calls = layout.kernel->channels_last_calls();
+    report.stock_calls = layout.kernel->stock_calls();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+bool Specialization::changes_layout(const std::string& function, size_t instruction) const {
+  return std::any_of(layouts_.begin(), layouts_.end(), [&](const Layout& layout) {
+    return layout.report.instruction == instruction && layout.report.function == function;
+  });
 }
 
 std::vector<FoldedCallSite> Specialization::folded_calls() const {

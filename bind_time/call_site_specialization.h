@@ -15,6 +15,7 @@
 #pragma once
 
 #include <bind_time/folded_values.h>
+#include <bind_time/pooling_layout.h>
 #include <bind_time/weight_sites.h>
 #include <lightweight_dispatch/bind_time_report.h>
 
@@ -39,6 +40,10 @@ class Specialization {
     FoldedCallSite report;
     std::shared_ptr<FoldedCall> kernel;
   };
+  struct Layout {
+    LayoutCallSite report;
+    std::shared_ptr<MaxPoolLayoutKernel> kernel;
+  };
 
   // Every re-bound site, with its counters now.
   std::vector<SpecializedCallSite> sites() const;
@@ -47,6 +52,9 @@ class Specialization {
   // Every folded call (folded_values.h), with its counters now; whether the call at `instruction` is one.
   std::vector<FoldedCallSite> folded_calls() const;
   bool folds(const std::string& function, size_t instruction) const;
+  // Every call site run in another layout (pooling_layout.h), with its counters now; whether `instruction` is one.
+  std::vector<LayoutCallSite> layout_calls() const;
+  bool changes_layout(const std::string& function, size_t instruction) const;
   // `output` of a run on this thread with every tensor that shares memory with a result the folded calls handed
   // to the run cloned (its caller may write to it); `output` itself when nothing is folded.
   c10::IValue protect_folded(c10::IValue output) const;
@@ -65,6 +73,7 @@ class Specialization {
       torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
   std::vector<Site> sites_;
   std::vector<Folded> folded_;
+  std::vector<Layout> layouts_;
   bool returns_channels_last_ = false;
 };
 

@@ -3,7 +3,6 @@
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <bind_time/symbolic_stack.h>
-#include <runtime/bytecode_interpreter.h>
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 

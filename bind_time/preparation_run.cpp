@@ -6,6 +6,7 @@ namespace {
 
 thread_local bool preparing = false;
 thread_local bool unprepared_shape_met = false;
+thread_local bool inputs_stock_layout = true;
 
 } // namespace
 
@@ -19,6 +20,14 @@ PreparationRunScope::~PreparationRunScope() {
 
 bool in_preparation_run() {
   return preparing;
+}
+
+void set_run_inputs_stock_layout(bool stock) {
+  inputs_stock_layout = stock;
+}
+
+bool run_inputs_stock_layout() {
+  return inputs_stock_layout;
 }
 
 void note_unprepared_shape() {

@@ -16,6 +16,12 @@ class PreparationRunScope {
 };
 bool in_preparation_run();
 
+// Whether the caller's run on this thread was given inputs in the stock layout (no channels_last 4-d tensor):
+// then the stock kernels return contiguous maps, and a kernel fed a channels_last site result gives its own result
+// back contiguous. Set by Stage::serve for each run; true where no caller's run set it (a preparation run).
+void set_run_inputs_stock_layout(bool stock);
+bool run_inputs_stock_layout();
+
 // A site met a shape it has no kernel for, on this thread, since the last take_unprepared_shape().
 void note_unprepared_shape();
 bool take_unprepared_shape();

@@ -38,7 +38,9 @@ Stage::~Stage() {
 }
 
 c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inputs) const {
-  const bool restore = specialization_->may_return_channels_last() && inputs_are_stock_layout(inputs);
+  const bool stock_inputs = inputs_are_stock_layout(inputs);
+  set_run_inputs_stock_layout(stock_inputs);
+  const bool restore = specialization_->may_return_channels_last() && stock_inputs;
   c10::IValue output;
   specialization_->forget_handed_out();
   if (!preparer_) {
@@ -63,11 +65,18 @@ std::optional<std::string> Stage::runs(
   if (specialization_->folds(function, instruction)) {
     return bound_path + "+folded";
   }
+  if (specialization_->changes_layout(function, instruction)) {
+    return bound_path + "+channels_last";
+  }
   return std::nullopt;
 }
 
 std::vector<SpecializedCallSite> Stage::sites() const {
   return specialization_->sites();
+}
+
+std::vector<LayoutCallSite> Stage::layout_calls() const {
+  return specialization_->layout_calls();
 }
 
 std::vector<FoldedCallSite> Stage::folded_calls() const {

@@ -50,6 +50,7 @@ class Stage {
   std::optional<std::string> runs(const std::string& function, size_t instruction, const std::string& bound_path) const;
   std::vector<SpecializedCallSite> sites() const;
   std::vector<FoldedCallSite> folded_calls() const;
+  std::vector<LayoutCallSite> layout_calls() const;
   // Returns once no background preparation run is running.
   void wait_for_kernels() const;
   BackgroundPreparationStatus background_preparation() const;

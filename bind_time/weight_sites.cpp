@@ -249,8 +249,9 @@ namespace {
 class SiteValueTracker {
  public:
   SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-      const ReturnCount& returns_of, bool writes_nothing)
-      : code_(code), returns_of_(returns_of), writes_nothing_(writes_nothing), values_(code.register_size_, -1) {
+      const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls)
+      : code_(code), returns_of_(returns_of), writes_nothing_(writes_nothing), any_layout_calls_(any_layout_calls),
+        values_(code.register_size_, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_from_site.assign(sites.size(), -1);
     flow_.residual_from_site.assign(sites.size(), -1);
@@ -399,6 +400,16 @@ class SiteValueTracker {
       values_.push(conv->second);
       return true;
     }
+    if (any_layout_calls_.count(pc) != 0 && !inputs.empty()) {
+      // Its first argument in any layout: a use like a site's. The rest are its parameters.
+      use_by_site(inputs[0], -1);
+      flow_.any_layout_call_input[pc] = inputs[0];
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        escape(inputs[i], name);
+      }
+      values_.push(-1);
+      return true;
+    }
     if (const auto post = post_op_at_.find(pc); post != post_op_at_.end()) {
       // The fused operation: its result is the site's. A fused add's other operand is the site's too.
       for (int value : inputs) {
@@ -424,6 +435,7 @@ class SiteValueTracker {
   const torch::jit::mobile::Code& code_;
   const ReturnCount& returns_of_;
   bool writes_nothing_;
+  const std::set<size_t>& any_layout_calls_;
   SymbolicStack values_; // each value: the site that produced it, or -1
   RaisingBlockPassage raising_block_;
   std::map<size_t, int> conv_at_, post_op_at_;
@@ -438,8 +450,8 @@ class SiteValueTracker {
 } // namespace
 
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-    const ReturnCount& returns_of, bool writes_nothing) {
-  return SiteValueTracker(code, sites, returns_of, writes_nothing).run();
+    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls) {
+  return SiteValueTracker(code, sites, returns_of, writes_nothing, any_layout_calls).run();
 }
 
 } // namespace lightweight_dispatch

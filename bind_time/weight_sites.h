@@ -10,6 +10,8 @@
 #include <torch/csrc/jit/mobile/code.h>
 
 #include <functional>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,10 +97,15 @@ struct SiteDataflow {
   std::vector<bool> escapes_only_to_layout_free_ops;
   // Per site: the site whose input its result is, when that is its only use; or -1.
   std::vector<int> sole_consumer;
+  // Per call given as taking any layout (`any_layout_calls`): the site whose result is its input, or -1. Such a
+  // call counts as a site's use, like another site's.
+  std::map<size_t, int> any_layout_call_input;
 };
 
 // `writes_nothing`: no instruction of the function may write a tensor (a result may then escape channels_last).
+// `any_layout_calls`: OP instructions whose kernels take their first argument in any layout and return the stock
+// layout (pooling_layout.h's).
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-    const ReturnCount& returns_of, bool writes_nothing);
+    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls = {});
 
 } // namespace lightweight_dispatch

@@ -339,6 +339,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.specialized_sites = module.specialized_sites(); // after the runs: their counters
   report.folded_calls = module.folded_calls();
   report.attribute_freezing = module.attribute_freezing();
+  report.layout_calls = module.layout_calls(); // after the runs: their counters
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;

@@ -125,6 +125,22 @@ void print_freezing_text(std::ostream& out, const RunReport& report) {
   }
 }
 
+// The call sites run in another layout, in one line.
+void print_layout_text(std::ostream& out, const RunReport& report) {
+  if (report.layout_calls.empty()) {
+    return;
+  }
+  int64_t channels_last = 0, stock = 0;
+  for (const LayoutCallSite& call : report.layout_calls) {
+    channels_last += call.channels_last_calls;
+    stock += call.stock_calls;
+  }
+  out << "bind-time: " << report.layout_calls.size()
+      << " max_pool2d call site(s) run channels_last where that is faster (results contiguous as the stock kernel "
+         "gives them, the same values): "
+      << channels_last << " call(s) channels_last, " << stock << " as given\n";
+}
+
 // The bind-time stage's sites, grouped by what they run, with their calls.
 void print_specialization_text(std::ostream& out, const RunReport& report) {
   if (!report.specialize) {
@@ -132,6 +148,7 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   }
   print_freezing_text(out, report);
   print_folded_text(out, report);
+  print_layout_text(out, report);
   if (report.specialized_sites.empty()) {
     out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
     return;
@@ -215,6 +232,13 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction
         << ", \"op\": " << json_string(site.op.name) << ", \"runs\": " << json_string(site.runs) << "}";
+  }
+  out << "], \"layout_calls\": [";
+  for (size_t i = 0; i < report.layout_calls.size(); ++i) {
+    const LayoutCallSite& call = report.layout_calls[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": "
+        << call.instruction << ", \"op\": " << json_string(call.op) << ", \"channels_last_calls\": "
+        << call.channels_last_calls << ", \"stock_calls\": " << call.stock_calls << "}";
   }
   out << "], \"folded_calls\": [";
   for (size_t i = 0; i < report.folded_calls.size(); ++i) {

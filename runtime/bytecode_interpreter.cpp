@@ -181,17 +181,6 @@ struct Frame {
 
 } // namespace
 
-const char* opcode_name(torch::jit::OpCode op) {
-  switch (op) {
-#define LD_OPCODE_NAME(name, _) \
-  case opcode::name:            \
-    return #name;
-    FORALL_OPCODES(LD_OPCODE_NAME)
-#undef LD_OPCODE_NAME
-  }
-  return "an unknown opcode";
-}
-
 BytecodeInterpreter::BytecodeInterpreter(const torch::jit::mobile::Module& module, const std::string& method_name)
     : self_(module._ivalue()) {
   const auto method = module.find_method(method_name);

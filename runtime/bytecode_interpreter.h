@@ -20,9 +20,6 @@
 
 namespace lightweight_dispatch {
 
-// The opcode's name as the bytecode spells it: "SET_ATTR".
-const char* opcode_name(torch::jit::OpCode op);
-
 // Bytecode that fails the checks made when it is prepared; the message names the function, the
 // instruction and what is wrong with it.
 class BytecodeError : public std::runtime_error {

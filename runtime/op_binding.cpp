@@ -217,4 +217,15 @@ BindingReport describe_dynamic(const torch::jit::mobile::Module& module) {
   return sorted_report(paths);
 }
 
+const char* opcode_name(torch::jit::OpCode op) {
+  switch (op) {
+#define LD_OPCODE_NAME(name, _) \
+  case torch::jit::name:          \
+    return #name;
+    FORALL_OPCODES(LD_OPCODE_NAME)
+#undef LD_OPCODE_NAME
+  }
+  return "an unknown opcode";
+}
+
 } // namespace lightweight_dispatch

@@ -4,6 +4,7 @@
 #include <lightweight_dispatch/kernel_table.h>
 
 #include <torch/csrc/jit/mobile/module.h>
+#include <torch/csrc/jit/runtime/instruction.h>
 
 #include <functional>
 #include <stdexcept>
@@ -78,5 +79,8 @@ using OperatorSchema = std::function<const c10::FunctionSchema*(const std::strin
 
 // "aten::add.Tensor" from an OperatorName.
 std::string op_display_name(const c10::OperatorName& name);
+
+// The opcode's name as the bytecode spells it: "SET_ATTR".
+const char* opcode_name(torch::jit::OpCode op);
 
 } // namespace lightweight_dispatch

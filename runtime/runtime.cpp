@@ -334,6 +334,10 @@ void Model::wait_for_kernels() const {
   }
 }
 
+std::vector<LayoutCallSite> Model::layout_calls() const {
+  return impl_->stage ? impl_->stage->layout_calls() : std::vector<LayoutCallSite>{};
+}
+
 AttributeFreezingReport Model::attribute_freezing() const {
   return impl_->stage ? impl_->stage->attribute_freezing() : AttributeFreezingReport{};
 }

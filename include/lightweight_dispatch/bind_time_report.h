@@ -51,6 +51,16 @@ struct FoldedCallSite {
   int64_t reused = 0;     // calls served by the remembered result
 };
 
+// A call site the bind-time stage runs in the layout its kernel is fast in (max_pool2d on a channels_last copy,
+// its result given back contiguous), for the input shapes where that is faster.
+struct LayoutCallSite {
+  std::string function;
+  size_t instruction = 0;
+  std::string op;                  // "aten::max_pool2d"
+  int64_t channels_last_calls = 0; // calls run on a channels_last copy
+  int64_t stock_calls = 0;         // calls run as given (the layout was not faster, or does not apply)
+};
+
 // Bind-time freezing (the stage's first step): a model saved without torch.jit.freeze reads its weights as module
 // attributes; where no method can change them, the stage reads them as constants, as freezing would have.
 struct AttributeFreezingReport {

@@ -1,0 +1,103 @@
+#include <bind_time/pooling_layout.h>
+
+#include <bind_time/preparation_run.h>
+
+#include <c10/core/MemoryFormat.h>
+#include <torch/csrc/jit/runtime/instruction.h>
+
+#include <chrono>
+
+namespace lightweight_dispatch {
+
+namespace {
+
+bool is_contiguous_float_map(const c10::IValue& value) {
+  if (!value.isTensor()) {
+    return false;
+  }
+  const at::Tensor& t = value.toTensor();
+  return t.dim() == 4 && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && t.device().is_cpu() &&
+         !t.is_quantized() && t.is_contiguous() && !t.is_contiguous(c10::MemoryFormat::ChannelsLast) && t.numel() > 0;
+}
+
+bool is_channels_last_float_map(const c10::IValue& value) {
+  if (!value.isTensor()) {
+    return false;
+  }
+  const at::Tensor& t = value.toTensor();
+  return t.dim() == 4 && t.scalar_type() == at::kFloat && !t.is_contiguous() &&
+         t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+double ms_of(const std::function<void()>& run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace
+
+void MaxPoolLayoutKernel::operator()(torch::jit::Stack& stack) const {
+  const size_t input_at = stack.size() - inputs_;
+  if (from_channels_last_site_ && is_channels_last_float_map(stack[input_at]) && run_inputs_stock_layout()) {
+    ++channels_last_calls_;
+    generated_(stack);
+    stack.back() = stack.back().toTensor().contiguous();
+    return;
+  }
+  if (!is_contiguous_float_map(stack[input_at])) {
+    ++stock_calls_;
+    generated_(stack);
+    return;
+  }
+  if (decide(stack, input_at)) {
+    ++channels_last_calls_;
+    run_channels_last(stack, input_at);
+  } else {
+    ++stock_calls_;
+    generated_(stack);
+  }
+}
+
+void MaxPoolLayoutKernel::run_channels_last(torch::jit::Stack& stack, size_t input_at) const {
+  stack[input_at] = stack[input_at].toTensor().contiguous(c10::MemoryFormat::ChannelsLast);
+  generated_(stack);
+  stack.back() = stack.back().toTensor().contiguous();
+}
+
+bool MaxPoolLayoutKernel::decide(const torch::jit::Stack& stack, size_t input_at) const {
+  const std::vector<int64_t> sizes = stack[input_at].toTensor().sizes().vec();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const auto found = channels_last_for_.find(sizes); found != channels_last_for_.end()) {
+    return found->second;
+  }
+  // Twice each, the faster of the two: the first call of either also warms its code and the allocator.
+  const torch::jit::Stack arguments(stack.begin() + static_cast<std::ptrdiff_t>(input_at), stack.end());
+  double stock = 1e300, channels_last = 1e300;
+  for (int round = 0; round < 2; ++round) {
+    stock = std::min(stock, ms_of([&] {
+      torch::jit::Stack copy = arguments;
+      generated_(copy);
+    }));
+    channels_last = std::min(channels_last, ms_of([&] {
+      torch::jit::Stack copy = arguments;
+      run_channels_last(copy, 0);
+    }));
+  }
+  const bool faster = channels_last < stock;
+  channels_last_for_.emplace(sizes, faster);
+  return faster;
+}
+
+std::vector<size_t> find_max_pool_calls(const torch::jit::mobile::Code& code) {
+  std::vector<size_t> calls;
+  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+    const auto& inst = code.instructions_[pc];
+    if (inst.op == torch::jit::OP && op_display_name(code.op_names_[static_cast<size_t>(inst.X)]) == "aten::max_pool2d") {
+      calls.push_back(pc);
+    }
+  }
+  return calls;
+}
+
+} // namespace lightweight_dispatch

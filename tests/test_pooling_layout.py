@@ -1,0 +1,85 @@
+"""max_pool2d in the layout LibTorch runs it fast in (bind_time/pooling_layout.h): a contiguous 4-d float input is
+pooled as a channels_last copy where that is faster, a stem conv's result feeding the pool is made channels_last by
+its site, and the result always comes back in the layout the stock kernel gives it, with the same values bit for
+bit. Each test fails if the pool is not re-bound, if its values or layout differ from the stock run's, or if a
+caller's channels_last input loses its layout."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from predictor_runner import run_predictor
+from test_bind_time_kernels import save_frozen
+
+
+class StemThenPool(torch.nn.Module):
+    """ResNet's stem: a 7x7 stride-2 conv, relu, 3x3 stride-2 max pool, then a conv."""
+
+    def __init__(self, conv_first: bool) -> None:
+        super().__init__()
+        self.conv_first = conv_first
+        self.stem = torch.nn.Conv2d(3, 64, 7, 2, 3)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.conv = torch.nn.Conv2d(64, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.conv_first:
+            x = torch.relu(self.stem(x))
+        return self.conv(self.pool(x))
+
+
+def run(predictor: Path, model: Path, out: Path, *args: object) -> dict:
+    done = run_predictor(predictor, model, "--iters", "3", "--warmup", "0", "--json", "--save-outputs", out, *args)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.json()
+
+
+@pytest.mark.parametrize("conv_first", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_max_pool_runs_channels_last_and_gives_the_stock_values_and_layout(
+    conv_first: bool, layout: str, predictor: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 3 if conv_first else 64, 224 if conv_first else 112, 224 if conv_first else 112)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    model = save_frozen(StemThenPool(conv_first), [x], tmp_path / "pool.ptl")
+    on = run(predictor, model, tmp_path / "on.pt")
+    off = run(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    assert on["outputs_match"] is True, on["mismatch"]
+    (pool,) = on["layout_calls"]
+    assert pool["op"] == "aten::max_pool2d"
+    assert pool["channels_last_calls"] + pool["stock_calls"] > 0
+    if layout == "contiguous":
+        assert pool["channels_last_calls"] > 0  # 64 x 112 x 112: 4 ms contiguous, 0.3 ms channels_last
+    assert off["layout_calls"] == []
+    a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
+    assert a.stride() == b.stride()
+    if not conv_first:  # the pool is the first op: what the next conv gets is the pool's own result
+        assert a.is_contiguous() == (layout == "contiguous")
+    sites = [site for site in on["call_sites"] if site["op"] == "aten::max_pool2d"]
+    assert [site["runs"] for site in sites] == ["static+channels_last"]
+
+
+class PoolOnly(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max_pool2d(x, [3, 3], [2, 2], [1, 1])
+
+
+def test_a_pooled_result_is_the_stock_kernels_bit_for_bit(predictor: Path, tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    x = torch.randn(2, 32, 64, 64)
+    x[0, 0, :4, :4] = float("nan")
+    x[1, 1, :8, :8] = -0.0
+    model = save_frozen(PoolOnly(), [x], tmp_path / "pool.ptl")
+    (tmp_path / "pool.expected.pt").unlink()  # NaN never equals itself there: compared below instead
+    on = run(predictor, model, tmp_path / "on.pt")
+    run(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
+    assert a.is_contiguous() and b.is_contiguous()
+    assert torch.equal(a.isnan(), b.isnan())
+    assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
+    assert torch.equal(torch.signbit(a), torch.signbit(b))
+    assert on["layout_calls"][0]["channels_last_calls"] + on["layout_calls"][0]["stock_calls"] > 0
