@@ -63,6 +63,7 @@ class FoldTracker {
 
   // Why a run may write a constant, or what may share its memory; "" if the trace proves it cannot.
   std::string why_a_constant_may_be_written() && {
+    constants_only_ = true;
     size_t pc = 0;
     for (; pc < code_.instructions_.size() && !unsafe_; ++pc) {
       if (!step(pc, code_.instructions_[pc])) {
@@ -181,7 +182,9 @@ class FoldTracker {
       if (may_write_argument(*schema, facts, i)) {
         writes = true;
         const bool container = i < schema->arguments().size() && writes_only_the_container(schema->arguments()[i].type());
-        if (input.shared || (!container && touches_fixed(inputs[i]))) {
+        // Folding: nothing fixed may be written (it may be remembered). Freezing: no constant may be.
+        const bool fixed_written = !constants_only_ && !container && touches_fixed(inputs[i]);
+        if (input.shared || fixed_written) {
           unsafe_ = true; // a remembered or constant object, or the fixed data, would change under its copies
           unsafe_because_ = name + " at instruction " + std::to_string(pc) + " may write argument " +
                             std::to_string(i) + ", which may be or share memory with a constant";
@@ -267,6 +270,7 @@ class FoldTracker {
   std::vector<size_t> foldable_;
   bool folds_containers_ = false; // some folded call returns a list: its remembered list is handed out
   bool unsafe_ = false;
+  bool constants_only_ = false; // the question is only whether a constant may be written
   std::string unsafe_because_;
   mutable std::string remainder_because_;
 };

@@ -90,6 +90,7 @@ class GeneratedModel:
 # Operators each feature emits (frozen or not): a feature whose operators the build lacks is not generated.
 FEATURE_OPS: dict[str, tuple[str, ...]] = {
     "conv": ("aten::conv2d",),
+    "batch_norm": ("aten::batch_norm",),  # after a conv: bind-time freezing folds it in unfrozen models
     "relu": ("aten::relu", "aten::relu_"),
     "hardtanh": ("aten::hardtanh", "aten::hardtanh_"),
     "relu6": ("aten::relu6",),
@@ -227,6 +228,13 @@ class ModelWriter:
         name = self.fresh()
         spatial = src.spatial if stride == 1 else self.new_spatial()
         expr = f"self.{m}({src.name})"
+        if self.on("batch_norm") and self.rng.random() < 0.5:
+            bn = self.submodule(f"nn.BatchNorm2d({out_c}, affine={self.rng.random() < 0.8})")
+            # Statistics far from the identity's, so that a wrong fold shows in every output.
+            self.init_lines.append(f"with torch.no_grad(): self.{bn}.running_mean.uniform_(-1, 1); "
+                                   f"self.{bn}.running_var.uniform_(0.5, 2)")
+            expr = f"self.{bn}({expr})"
+            self.features.add("batch_norm")
         residual = [v for v in self.maps() if v.spatial == spatial and v.channels == out_c and v is not src]
         if residual and self.on("add") and self.rng.random() < 0.4:
             other = self.rng.choice(residual)
