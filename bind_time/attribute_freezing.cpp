@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/mobile/function.h>
 #include <torch/csrc/jit/runtime/instruction.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -44,6 +45,18 @@ struct Program {
   std::vector<Item> items;
   std::vector<c10::IValue> constants;
   bool has_debug_handles = false;
+  // The constants that are objects, by address and kind (the first of each), up to `indexed`.
+  std::map<std::pair<const void*, std::string>, int64_t> constants_by_address;
+  size_t indexed = 0;
+
+  void index_constants() {
+    for (; indexed < constants.size(); ++indexed) {
+      const c10::IValue& c = constants[indexed];
+      if (c.isPtrType()) {
+        constants_by_address.emplace(std::make_pair(c.internalToPointer(), c.tagKind()), static_cast<int64_t>(indexed));
+      }
+    }
+  }
 
   static Program of(const torch::jit::mobile::Code& code) {
     Program program;
@@ -92,9 +105,17 @@ struct Program {
 
   // The index of a constant that is `value` itself (the same object), added if there is none.
   int64_t constant(const c10::IValue& value) {
-    for (size_t i = 0; i < constants.size(); ++i) {
-      if (constants[i].isSameIdentity(value) && constants[i].tagKind() == value.tagKind()) {
-        return static_cast<int64_t>(i);
+    if (value.isPtrType()) { // an object: found by its address (a model has thousands of tensors)
+      index_constants();
+      const auto found = constants_by_address.find({value.internalToPointer(), value.tagKind()});
+      if (found != constants_by_address.end()) {
+        return found->second;
+      }
+    } else {
+      for (size_t i = 0; i < constants.size(); ++i) {
+        if (constants[i].isSameIdentity(value) && constants[i].tagKind() == value.tagKind()) {
+          return static_cast<int64_t>(i);
+        }
       }
     }
     constants.push_back(value);
@@ -729,6 +750,20 @@ bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, At
   // The conv2d whose result the batch_norm at `bn` normalises, and nothing else reads but for its sizes:
   // pushed right before the batch norm's constants, or stored once in a register that the batch norm's input
   // is read from, and that is otherwise read only for DIM (a batch norm's input check).
+  // Per register: the instructions storing to it (a STOREN counts as one that disqualifies: SIZE_MAX), reading it.
+  std::map<int64_t, std::vector<size_t>> stores_of, reads_of;
+  for (size_t pc = 0; pc < program.items.size(); ++pc) {
+    const Instruction& inst = program.items[pc].inst;
+    if (inst.op == opcode::STORE) {
+      stores_of[inst.X].push_back(pc);
+    } else if (inst.op == opcode::STOREN) {
+      for (int64_t r = inst.X; r < inst.X + inst.N; ++r) {
+        stores_of[r].push_back(SIZE_MAX);
+      }
+    } else if (inst.op == opcode::LOAD || inst.op == opcode::MOVE) {
+      reads_of[inst.X].push_back(pc);
+    }
+  }
   auto conv_feeding = [&](size_t bn) -> std::optional<size_t> {
     const size_t input = bn - 9;
     if (op_at(input) == "aten::conv2d" && targets.count(input + 1) == 0) {
@@ -738,25 +773,19 @@ bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, At
     if (read.op != opcode::LOAD && read.op != opcode::MOVE) {
       return std::nullopt;
     }
-    std::optional<size_t> store;
-    for (size_t pc = 0; pc < program.items.size(); ++pc) {
-      const Instruction& inst = program.items[pc].inst;
-      const bool stores = (inst.op == opcode::STORE && inst.X == read.X) ||
-                          (inst.op == opcode::STOREN && inst.X <= read.X && read.X < inst.X + inst.N);
-      if (stores) {
-        if (store || inst.op != opcode::STORE) {
-          return std::nullopt;
-        }
-        store = pc;
-      }
-      const bool reads = (inst.op == opcode::LOAD || inst.op == opcode::MOVE) && inst.X == read.X;
+    const auto stored = stores_of.find(read.X);
+    if (stored == stores_of.end() || stored->second.size() != 1) {
+      return std::nullopt; // never stored here (an argument), or stored more than once
+    }
+    const std::optional<size_t> store = stored->second[0];
+    for (size_t pc : reads_of[read.X]) {
       const bool size_only = pc + 1 < program.items.size() && program.items[pc + 1].inst.op == opcode::DIM &&
                              targets.count(pc + 1) == 0;
-      if (reads && pc != input && !size_only) {
+      if (pc != input && !size_only) {
         return std::nullopt;
       }
     }
-    if (!store || *store == 0 || targets.count(*store) != 0 || op_at(*store - 1) != "aten::conv2d") {
+    if (*store == SIZE_MAX || *store == 0 || targets.count(*store) != 0 || op_at(*store - 1) != "aten::conv2d") {
       return std::nullopt;
     }
     return *store - 1;

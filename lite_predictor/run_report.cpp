@@ -125,6 +125,38 @@ void print_freezing_text(std::ostream& out, const RunReport& report) {
   }
 }
 
+// How many call sites run what: "compiled" (in a oneDNN Graph kernel, alone or fused), "folded",
+// "channels_last", "generated" (a generated kernel as bound), "jit" (TorchScript's own), "dispatcher".
+std::map<std::string, size_t> call_sites_by_kind(const std::vector<CallSite>& sites) {
+  std::map<std::string, size_t> kinds;
+  for (const CallSite& site : sites) {
+    const std::string& runs = site.runs;
+    if (runs.find("+fused(") != std::string::npos || runs.find("+onednn(") != std::string::npos) {
+      ++kinds["compiled"];
+    } else if (runs.find("+folded") != std::string::npos) {
+      ++kinds["folded"];
+    } else if (runs.find("+channels_last") != std::string::npos) {
+      ++kinds["channels_last"];
+    } else if (runs == "static") {
+      ++kinds["generated"];
+    } else {
+      ++kinds[runs];
+    }
+  }
+  return kinds;
+}
+
+// Where the model's call sites run, in one line.
+void print_call_site_summary(std::ostream& out, const RunReport& report) {
+  out << "call sites: " << report.call_sites.size() << " (";
+  const char* separator = "";
+  for (const auto& [kind, count] : call_sites_by_kind(report.call_sites)) {
+    out << separator << count << " " << kind;
+    separator = ", ";
+  }
+  out << ")\n";
+}
+
 // The call sites run in another layout, in one line.
 void print_layout_text(std::ostream& out, const RunReport& report) {
   if (report.layout_calls.empty()) {
@@ -147,6 +179,7 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
     return;
   }
   print_freezing_text(out, report);
+  print_call_site_summary(out, report);
   print_folded_text(out, report);
   print_layout_text(out, report);
   if (report.specialized_sites.empty()) {
@@ -227,7 +260,13 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
       << freezing.attribute_reads << ", \"folded_batch_norms\": " << freezing.folded_batch_norms
       << ", \"constant_branches\": " << freezing.constant_branches << ", \"computed_calls\": " << freezing.computed_calls
       << ", \"removed_dropouts\": " << freezing.removed_dropouts
-      << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites\": [";
+      << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites_by_kind\": {";
+  const char* separator = "";
+  for (const auto& [kind, count] : call_sites_by_kind(report.call_sites)) {
+    out << separator << json_string(kind) << ": " << count;
+    separator = ", ";
+  }
+  out << "}, \"call_sites\": [";
   for (size_t i = 0; i < report.call_sites.size(); ++i) {
     const CallSite& site = report.call_sites[i];
     out << (i ? ", " : "") << "{\"function\": " << json_string(site.function) << ", \"instruction\": " << site.instruction

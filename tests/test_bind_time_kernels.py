@@ -477,3 +477,18 @@ def _save_inputs(tmp_path: Path, inputs: list[torch.Tensor]) -> Path:
     path = tmp_path / "inputs.pt"
     torch.save(inputs, path)
     return path
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "small_resnet_unfrozen", "ssdlite_head"])
+def test_the_report_counts_where_every_call_site_runs(name: str, predictor: Path, models_dir: Path) -> None:
+    run = run_predictor(predictor, models_dir / f"{name}.ptl", "--iters", "1", "--warmup", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    report = run.json()
+    kinds = report["call_sites_by_kind"]
+    assert sum(kinds.values()) == len(report["call_sites"])
+    assert kinds.get("compiled", 0) == sum(len(site["fused_instructions"]) for site in report["specialized_sites"]) > 0
+    assert kinds.get("folded", 0) == len(report["folded_calls"])
+    assert kinds.get("channels_last", 0) == len(report["layout_calls"])
+    text = run_predictor(predictor, models_dir / f"{name}.ptl", "--iters", "1", "--warmup", "0")
+    assert f"call sites: {len(report['call_sites'])} (" in text.stdout
+    assert f"{kinds['compiled']} compiled" in text.stdout
