@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from benchmarks.figures import Section, Target
 from test_models import MODELS
@@ -365,21 +365,23 @@ def record_ratio_to_ort(name: str, threads: int, samples: Samples, section: Sect
                                       f"median per-round ratio {ratio[0]:.3f} (95% interval {ratio[1]:.3f}-{ratio[2]:.3f})"))
 
 
-def record_steady(name: str, threads: int, samples: Samples, runs: int, section: Section) -> None:
-    prefix = f"latency/{name}/threads_{threads}"
-    for mode, reason in samples.failed.items():
-        section.skipped.append(f"latency {name} {threads} thread(s) {mode}: {reason}")
-    for mode in MODES:
+def record_modes(prefix: str, name: str, threads: int, modes: Sequence[str], samples: Samples, runs: int,
+                 section: Section) -> None:
+    """Each mode's median, minimum, first run, load and warm-burst median under `prefix`, and the raw rounds in
+    the section's details (the latency section's and the real models' alike)."""
+    for mode in modes:
         times = samples.steady_ms(mode)
         if len(times) < runs:
             continue
         section.add(f"{prefix}/{mode}/median_ms", round(statistics.median(times), 3), "ms",
                     f"median of {len(times)} interleaved runs after warm-up")
         section.add(f"{prefix}/{mode}/min_ms", round(min(times), 3), "ms")
-        section.add(f"{prefix}/{mode}/first_inference_ms", round(samples.first_ms[mode], 3), "ms",
-                    "first run after load, in the warm benchmark process")
-        section.add(f"{prefix}/{mode}/load_ms", round(samples.load_ms[mode], 3), "ms",
-                    "in the warm benchmark process" + (" (building the nn.Module)" if mode == "python_eager" else ""))
+        if mode in samples.first_ms:
+            section.add(f"{prefix}/{mode}/first_inference_ms", round(samples.first_ms[mode], 3), "ms",
+                        "first run after load, in the warm benchmark process")
+        if mode in samples.load_ms:
+            section.add(f"{prefix}/{mode}/load_ms", round(samples.load_ms[mode], 3), "ms",
+                        "in the warm benchmark process" + (" (building the nn.Module)" if mode == "python_eager" else ""))
         if mode in samples.warm_burst_ms:
             section.add(f"{prefix}/{mode}/warm_burst_median_ms", round(samples.warm_burst_ms[mode], 3), "ms",
                         f"median of runs 2-{BURST_LENGTH} of {BURST_ROUNDS} interleaved bursts of {BURST_LENGTH} "
@@ -388,6 +390,13 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
         "rounds_ms": [{m: round(t, 4) for m, t in r.items()} for r in samples.rounds],
         "failed": samples.failed,
     }
+
+
+def record_steady(name: str, threads: int, samples: Samples, runs: int, section: Section) -> None:
+    prefix = f"latency/{name}/threads_{threads}"
+    for mode, reason in samples.failed.items():
+        section.skipped.append(f"latency {name} {threads} thread(s) {mode}: {reason}")
+    record_modes(prefix, name, threads, MODES, samples, runs, section)
     if all(section.has(f"{prefix}/{m}/median_ms") for m in ("static", "dynamic")):
         of_medians = section.get(f"{prefix}/static/median_ms") / section.get(f"{prefix}/dynamic/median_ms")
         section.add(f"{prefix}/static_to_dynamic_of_medians", round(of_medians, 3), "ratio",

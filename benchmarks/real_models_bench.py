@@ -34,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.figures import Section, Target  # noqa: E402
 from benchmarks.latency import (LatencyError, LatencyServer, Samples, cold_start_sample, interleaved,  # noqa: E402
-                                paired_ratio, peer_server)
+                                paired_ratio, peer_server, record_modes)
 
 MODELS_DIR = REPO_ROOT / "build" / "real_models"
 BUILD_DIR = REPO_ROOT / "build_real"
@@ -232,23 +232,7 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
     for mode, reason in samples.failed.items():
         section.skipped.append(f"real models {name} {threads} thread(s) {mode}: {reason}")
     section.add(f"{prefix}/rounds", runs, "rounds", "timed interleaved rounds after warm-up")
-    for mode in MODES:
-        times = samples.steady_ms(mode)
-        if len(times) < runs:
-            continue
-        section.add(f"{prefix}/{mode}/median_ms", round(statistics.median(times), 3), "ms",
-                    f"median of {len(times)} interleaved runs after warm-up")
-        section.add(f"{prefix}/{mode}/min_ms", round(min(times), 3), "ms")
-        if mode in samples.first_ms:
-            section.add(f"{prefix}/{mode}/first_inference_ms", round(samples.first_ms[mode], 3), "ms",
-                        "first run after load, in the warm benchmark process")
-        if mode in samples.load_ms:
-            section.add(f"{prefix}/{mode}/load_ms", round(samples.load_ms[mode], 3), "ms", "in the warm benchmark process")
-        if mode in samples.warm_burst_ms:
-            section.add(f"{prefix}/{mode}/warm_burst_median_ms", round(samples.warm_burst_ms[mode], 3), "ms",
-                        "runs 2-5 of interleaved bursts of 5 consecutive runs (warm caches)")
-    section.details.setdefault(name, {})[f"threads_{threads}"] = {
-        "rounds_ms": [{m: round(t, 4) for m, t in r.items()} for r in samples.rounds], "failed": samples.failed}
+    record_modes(prefix, name, threads, MODES, samples, runs, section)
     peer = best_peer(section, prefix)
     if peer is not None:
         section.add(f"{prefix}/best_peer", peer, "mode", "the peer with the lower median")
