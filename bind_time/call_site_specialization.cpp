@@ -136,7 +136,8 @@ const char* result_layout_name(ResultLayout layout) {
 // One site of a kernel's chain, with the generated operators its instructions were bound to.
 struct ChainLink {
   WeightSite site;
-  StackOperation conv, post_op;
+  StackOperation conv;
+  std::vector<StackOperation> post_ops; // per site.post_ops
 };
 
 // The operator a specialised conv2d site (or chain of sites) is re-bound to: the call instruction of its last
@@ -160,7 +161,7 @@ class SiteKernel {
 
   void operator()(torch::jit::Stack& stack) const {
     const c10::IValue& input_value = stack[stack.size() - call_arguments_];
-    const bool adds = chain_.back().site.post_op == PostOp::Add;
+    const bool adds = chain_.back().site.adds();
     const c10::IValue* residual_value = adds ? &stack[stack.size() - call_arguments_ - 1] : nullptr;
     if (!input_value.isTensor() || (adds && !residual_value->isTensor())) {
       run_generated(stack);
@@ -237,9 +238,10 @@ class SiteKernel {
     for (const ChainLink& link : chain_) {
       stack.insert(stack.end(), link.site.conv_arguments.begin(), link.site.conv_arguments.end());
       link.conv(stack);
-      if (link.site.post_op != PostOp::None) {
-        stack.insert(stack.end(), link.site.post_op_arguments.begin(), link.site.post_op_arguments.end());
-        link.post_op(stack);
+      for (size_t i = 0; i < link.post_ops.size(); ++i) {
+        const std::vector<c10::IValue>& constants = link.site.post_ops[i].arguments;
+        stack.insert(stack.end(), constants.begin(), constants.end());
+        link.post_ops[i](stack);
       }
     }
     if (layout_ == ResultLayout::Contiguous && !stack.back().toTensor().is_contiguous()) {
@@ -450,7 +452,7 @@ ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_
   // An operand channels_last because a site made it so, where the stock kernels would have had it contiguous:
   // the generated kernels would carry that layout into this result (an add takes its first operand's).
   const auto made_channels_last = [&](int site) { return site >= 0 && channels_last[static_cast<size_t>(site)]; };
-  const int residual = sites[last].post_op == PostOp::Add ? flow.residual_from_site[last] : -1;
+  const int residual = sites[last].adds() ? flow.residual_from_site[last] : -1;
   return made_channels_last(flow.input_from_site[first]) || made_channels_last(residual) ? ResultLayout::Contiguous
                                                                                            : ResultLayout::AsInput;
 }
@@ -489,8 +491,8 @@ bool writes_nothing(const torch::jit::mobile::Code& code, const std::vector<Weig
     const OperatorSchema& schema_of) {
   std::set<size_t> fused;
   for (const WeightSite& site : sites) {
-    if (site.post_op != PostOp::None) {
-      fused.insert(site.post_op_instruction);
+    for (const FusedPostOp& post_op : site.post_ops) {
+      fused.insert(post_op.instruction);
     }
   }
   for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
@@ -508,7 +510,8 @@ std::string why_pair_input_may_change(const torch::jit::mobile::Code& code, cons
     const WeightSite& second, const OperatorSchema& schema_of) {
   using torch::jit::OpCode;
   for (size_t pc = first.conv_instruction + 1; pc < second.conv_instruction; ++pc) {
-    if (first.post_op != PostOp::None && pc == first.post_op_instruction) {
+    const auto fused_at_pc = [pc](const FusedPostOp& post_op) { return post_op.instruction == pc; };
+    if (std::any_of(first.post_ops.begin(), first.post_ops.end(), fused_at_pc)) {
       continue;
     }
     const OpCode op = code.instructions_[pc].op;
@@ -630,11 +633,11 @@ std::shared_ptr<Specialization> specialize_call_sites(
         link.conv = code.operators_[code.instructions_[site.conv_instruction].X];
         entry.report.fused.push_back(site.op_name());
         entry.report.fused_instructions.push_back(site.conv_instruction);
-        if (site.post_op != PostOp::None) {
-          link.post_op = code.operators_[code.instructions_[site.post_op_instruction].X];
-          entry.report.fused.push_back(site.post_op_operator);
-          entry.report.fused_instructions.push_back(site.post_op_instruction);
-          absorb_instruction(code, site.post_op_instruction, site.post_op_arguments.size());
+        for (const FusedPostOp& post_op : site.post_ops) {
+          link.post_ops.push_back(code.operators_[code.instructions_[post_op.instruction].X]);
+          entry.report.fused.push_back(post_op.operator_name);
+          entry.report.fused_instructions.push_back(post_op.instruction);
+          absorb_instruction(code, post_op.instruction, post_op.arguments.size());
         }
         if (index != chain.back()) { // an earlier site passes its input on to the last one's call
           absorb_instruction(code, site.conv_instruction, site.conv_arguments.size());

@@ -71,7 +71,7 @@ std::string unsupported_because(const SiteChain& chain, const at::Tensor& input,
     }
     sizes = site_output_sizes(*site, sizes);
   }
-  if (chain.back()->post_op == PostOp::Add &&
+  if (chain.back()->adds() &&
       (residual == nullptr || !is_dense_float_cpu(*residual, dim) || residual->sizes() != sizes)) {
     return "the tensor added is not a dense float32 tensor of the result's sizes";
   }
@@ -93,7 +93,47 @@ struct OnednnPartition::Impl {
 
 namespace {
 
-// One site's operator and fused operation appended to `graph`, after `input`; its result.
+// A site's fused operation appended to `graph`, on `value` (and, for the residual add, `residual` beneath it), as
+// the nodes LibTorch's fuser maps to oneDNN Graph ops; its result, typed `type`. SiLU is the product of the value
+// and its sigmoid, as that fuser decomposes it (oneDNN Graph fuses the pair into the convolution as swish).
+Value* append_post_op(Graph& graph, const FusedPostOp& post_op, Value* value, Value* residual,
+    const c10::TensorTypePtr& type) {
+  namespace aten = torch::jit::aten;
+  Value* result = nullptr;
+  switch (post_op.op) {
+    case PostOp::Relu:
+      result = graph.insert(aten::relu, {value});
+      break;
+    case PostOp::Hardtanh:
+      result = graph.insert(aten::hardtanh, {value, post_op.clamp_min, post_op.clamp_max});
+      break;
+    case PostOp::Silu: {
+      Value* sigmoid = graph.insert(aten::sigmoid, {value});
+      sigmoid->setType(type);
+      result = graph.insert(aten::mul, {value, sigmoid});
+      break;
+    }
+    case PostOp::Sigmoid:
+      result = graph.insert(aten::sigmoid, {value});
+      break;
+    case PostOp::Hardswish:
+      result = graph.insert(aten::hardswish, {value});
+      break;
+    case PostOp::Tanh:
+      result = graph.insert(aten::tanh, {value});
+      break;
+    case PostOp::Gelu:
+      result = graph.insert(aten::gelu, {value});
+      break;
+    case PostOp::Add:
+      result = graph.insert(aten::add, {residual, value});
+      break;
+  }
+  result->setType(type);
+  return result;
+}
+
+// One site's operator and fused operations appended to `graph`, after `input`; its result.
 Value* append_site(Graph& graph, const WeightSite& site, Value* input, Value* residual, const c10::TensorTypePtr& type) {
   namespace aten = torch::jit::aten;
   // A model saved unfrozen keeps its weights as parameters that require grad, which the graph takes as constants
@@ -105,20 +145,9 @@ Value* append_site(Graph& graph, const WeightSite& site, Value* input, Value* re
                       : graph.insert(aten::conv2d,
                             {input, weight, bias, site.stride, site.padding, site.dilation, site.groups});
   result->setType(type);
-  switch (site.post_op) {
-    case PostOp::None:
-      break;
-    case PostOp::Relu:
-      result = graph.insert(aten::relu, {result});
-      break;
-    case PostOp::Hardtanh:
-      result = graph.insert(aten::hardtanh, {result, site.clamp_min, site.clamp_max});
-      break;
-    case PostOp::Add:
-      result = graph.insert(aten::add, {residual, result});
-      break;
+  for (const FusedPostOp& post_op : site.post_ops) {
+    result = append_post_op(graph, post_op, result, residual, type);
   }
-  result->setType(type);
   return result;
 }
 
@@ -130,7 +159,7 @@ std::shared_ptr<Graph> chain_graph(const SiteChain& chain, const at::Tensor& inp
   input_value = graph->addInput("input");
   input_value->setType(c10::TensorType::create(input));
   residual_value = nullptr;
-  if (chain.back()->post_op == PostOp::Add) {
+  if (chain.back()->adds()) {
     residual_value = graph->addInput("residual");
     residual_value->setType(c10::TensorType::create(*residual));
   }

@@ -25,7 +25,7 @@ bool onednn_graph_available();
 
 class OnednnPartition {
  public:
-  // Compiles `chain` for `input` (and, when its last site's post-op is PostOp::Add, `residual`), producing its
+  // Compiles `chain` for `input` (and, when its last site has a residual add fused, `residual`), producing its
   // result in `output_format`, and runs it once on them (oneDNN compiles on the first execution): that result
   // goes to `first_result`. Returns null with `why_not` set when oneDNN Graph does not take the chain (an
   // unsupported dtype or parameters, more than one partition, a failed compilation, a result in another layout).

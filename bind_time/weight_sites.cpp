@@ -5,6 +5,7 @@
 
 #include <torch/csrc/jit/runtime/instruction.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <optional>
@@ -127,39 +128,92 @@ std::optional<WeightSite> constant_arguments(const torch::jit::mobile::Code& cod
   return site;
 }
 
-// The operation right after the conv2d call that consumes its result at once, if it is one we can fuse.
-void find_post_op(const torch::jit::mobile::Code& code, WeightSite& site) {
-  const auto& instructions = code.instructions_;
-  const size_t next = site.conv_instruction + 1;
-  auto fuse = [&](PostOp op, size_t at, size_t constants) {
-    site.post_op = op;
-    site.post_op_instruction = at;
-    site.post_op_operator = operator_at(code, instructions[at]);
-    for (size_t i = 0; i < constants; ++i) {
-      site.post_op_arguments.push_back(code.constants_[instructions[next + i].X]);
-    }
+// The elementwise operators a site's result can go through inside its kernel, by operator name.
+// With the number of arguments its schema has (the input first).
+struct ElementwiseOp {
+  PostOp op;
+  int64_t schema_arguments;
+};
+
+std::optional<ElementwiseOp> elementwise_post_op(const std::string& op) {
+  static const std::map<std::string, ElementwiseOp> by_name = {
+      {"aten::relu", {PostOp::Relu, 1}}, {"aten::relu_", {PostOp::Relu, 1}},
+      {"aten::hardtanh", {PostOp::Hardtanh, 3}}, {"aten::hardtanh_", {PostOp::Hardtanh, 3}},
+      {"aten::silu", {PostOp::Silu, 1}}, {"aten::silu_", {PostOp::Silu, 1}},
+      {"aten::sigmoid", {PostOp::Sigmoid, 1}}, {"aten::sigmoid_", {PostOp::Sigmoid, 1}},
+      {"aten::hardswish", {PostOp::Hardswish, 1}}, {"aten::hardswish_", {PostOp::Hardswish, 1}},
+      {"aten::tanh", {PostOp::Tanh, 1}}, {"aten::tanh_", {PostOp::Tanh, 1}},
+      {"aten::gelu", {PostOp::Gelu, 2}}, {"aten::gelu_", {PostOp::Gelu, 2}},
   };
-  if (next < instructions.size()) {
-    const std::string op = operator_at(code, instructions[next]);
-    if ((op == "aten::relu" || op == "aten::relu_") && pushed_arguments(code, instructions[next], 1) == 1) {
-      fuse(PostOp::Relu, next, 0);
-      return;
+  const auto found = by_name.find(op);
+  return found == by_name.end() ? std::nullopt : std::optional<ElementwiseOp>(found->second);
+}
+
+// The operation at instruction `at` fused onto the value on top of the stack (the site's result so far), or
+// nullopt: an elementwise operator of that value alone, its other arguments constants pushed right before it
+// (hardtanh's bounds, gelu's approximate 'none'), or add.Tensor(beneath, it) with alpha left at 1.
+std::optional<FusedPostOp> post_op_at(const torch::jit::mobile::Code& code, size_t at) {
+  const auto& instructions = code.instructions_;
+  // At most two constants come before the operator: try each count.
+  for (size_t constants = 0; constants <= 2 && at + constants < instructions.size(); ++constants) {
+    const Instruction& call = instructions[at + constants];
+    const std::string op = operator_at(code, call);
+    if (op.empty()) {
+      if (call.op != opcode::LOADC) {
+        return std::nullopt;
+      }
+      continue;
     }
-    if (op == "aten::add.Tensor" && pushed_arguments(code, instructions[next], 3) == 2) {
-      fuse(PostOp::Add, next, 0); // add(beneath, result), alpha 1
-      return;
+    FusedPostOp fused;
+    fused.instruction = at + constants;
+    fused.operator_name = op;
+    for (size_t i = 0; i < constants; ++i) {
+      const c10::IValue* constant = constant_pushed_by(code, instructions[at + i]);
+      if (constant == nullptr) {
+        return std::nullopt;
+      }
+      fused.arguments.push_back(*constant);
     }
+    if (op == "aten::add.Tensor") {
+      if (constants != 0 || pushed_arguments(code, call, 3) != 2) {
+        return std::nullopt;
+      }
+      fused.op = PostOp::Add;
+      return fused;
+    }
+    const std::optional<ElementwiseOp> kind = elementwise_post_op(op);
+    if (!kind || pushed_arguments(code, call, kind->schema_arguments) != static_cast<int64_t>(constants) + 1) {
+      return std::nullopt;
+    }
+    fused.op = kind->op;
+    if (fused.op == PostOp::Hardtanh) {
+      if (constants != 2 || !fused.arguments[0].isScalar() || !fused.arguments[1].isScalar()) {
+        return std::nullopt;
+      }
+      fused.clamp_min = fused.arguments[0].toScalar().toDouble();
+      fused.clamp_max = fused.arguments[1].toScalar().toDouble();
+      return fused;
+    }
+    if (fused.op == PostOp::Gelu) {
+      const bool erf_form = constants == 0 || (constants == 1 && fused.arguments[0].isString() &&
+                                                  fused.arguments[0].toStringRef() == "none");
+      return erf_form ? std::optional<FusedPostOp>(fused) : std::nullopt;
+    }
+    return constants == 0 ? std::optional<FusedPostOp>(fused) : std::nullopt;
   }
-  if (next + 2 < instructions.size()) {
-    const std::string op = operator_at(code, instructions[next + 2]);
-    const c10::IValue* low = constant_pushed_by(code, instructions[next]);
-    const c10::IValue* high = constant_pushed_by(code, instructions[next + 1]);
-    if ((op == "aten::hardtanh" || op == "aten::hardtanh_") && pushed_arguments(code, instructions[next + 2], 3) == 3 &&
-        low != nullptr && high != nullptr && low->isScalar() && high->isScalar()) {
-      fuse(PostOp::Hardtanh, next + 2, 2);
-      site.clamp_min = low->toScalar().toDouble();
-      site.clamp_max = high->toScalar().toDouble();
+  return std::nullopt;
+}
+
+// The operations right after the call that consume its result at once, one after another, while they are ones we
+// can fuse (at most one residual add), and no jump lands among them.
+void find_post_ops(const torch::jit::mobile::Code& code, const std::set<size_t>& jump_targets, WeightSite& site) {
+  size_t next = site.conv_instruction + 1;
+  while (std::optional<FusedPostOp> fused = post_op_at(code, next)) {
+    if ((fused->op == PostOp::Add && site.adds()) || lands_inside(jump_targets, next, fused->instruction)) {
+      return;
     }
+    next = fused->instruction + 1;
+    site.post_ops.push_back(std::move(*fused));
   }
 }
 
@@ -167,16 +221,33 @@ void find_post_op(const torch::jit::mobile::Code& code, WeightSite& site) {
 
 const char* post_op_name(PostOp op) {
   switch (op) {
-    case PostOp::None:
-      return "none";
     case PostOp::Relu:
       return "relu";
     case PostOp::Hardtanh:
       return "hardtanh";
+    case PostOp::Silu:
+      return "silu";
+    case PostOp::Sigmoid:
+      return "sigmoid";
+    case PostOp::Hardswish:
+      return "hardswish";
+    case PostOp::Tanh:
+      return "tanh";
+    case PostOp::Gelu:
+      return "gelu";
     case PostOp::Add:
       return "add";
   }
   return "?";
+}
+
+bool WeightSite::adds() const {
+  return std::any_of(post_ops.begin(), post_ops.end(), [](const FusedPostOp& p) { return p.op == PostOp::Add; });
+}
+
+bool WeightSite::only_clamping_post_ops() const {
+  return std::all_of(post_ops.begin(), post_ops.end(),
+      [](const FusedPostOp& p) { return p.op == PostOp::Relu || p.op == PostOp::Hardtanh; });
 }
 
 std::vector<WeightSite> find_weight_sites(const torch::jit::mobile::Code& code) {
@@ -196,11 +267,7 @@ std::vector<WeightSite> find_weight_sites(const torch::jit::mobile::Code& code) 
     if (lands_inside(targets, first_argument + 1, pc)) {
       continue;
     }
-    find_post_op(code, *site);
-    if (site->post_op != PostOp::None && lands_inside(targets, pc + 1, site->post_op_instruction)) {
-      site->post_op = PostOp::None; // the fused operation is reached from elsewhere too: keep it apart
-      site->post_op_arguments.clear();
-    }
+    find_post_ops(code, targets, *site); // none a jump reaches: those are reached from elsewhere too
     sites.push_back(std::move(*site));
   }
   return sites;
@@ -228,7 +295,7 @@ bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second
   }
   const bool pointwise = first.weight.dim() == 4 && first.weight.size(2) == 1 && first.weight.size(3) == 1 &&
                          first.groups == 1 && first.stride == ones && first.padding == zeros && first.dilation == ones &&
-                         first.post_op != PostOp::Add;
+                         first.only_clamping_post_ops();
   const int64_t channels = first.weight.size(0);
   const bool depthwise = second.weight.dim() == 4 && second.weight.size(1) == 1 && second.weight.size(2) == 3 &&
                          second.weight.size(3) == 3 && second.groups == channels && second.weight.size(0) == channels &&
@@ -262,8 +329,8 @@ class SiteValueTracker {
     escaped_elsewhere_.assign(sites.size(), false);
     for (size_t i = 0; i < sites.size(); ++i) {
       conv_at_[sites[i].conv_instruction] = static_cast<int>(i);
-      if (sites[i].post_op != PostOp::None) {
-        post_op_at_[sites[i].post_op_instruction] = static_cast<int>(i);
+      for (const FusedPostOp& fused : sites[i].post_ops) {
+        post_op_at_[fused.instruction] = {static_cast<int>(i), fused.op};
       }
     }
   }
@@ -411,14 +478,14 @@ class SiteValueTracker {
       return true;
     }
     if (const auto post = post_op_at_.find(pc); post != post_op_at_.end()) {
-      // The fused operation: its result is the site's. A fused add's other operand is the site's too.
-      for (int value : inputs) {
-        if (value != post->second) {
-          use_by_site(value, -1);
-          flow_.residual_from_site[post->second] = value;
-        }
+      // A fused operation: its result is the site's. A fused add's other operand (beneath) is the site's too; an
+      // elementwise operation's other arguments are constants.
+      const auto [site, op] = post->second;
+      if (op == PostOp::Add && !inputs.empty()) {
+        use_by_site(inputs[0], -1);
+        flow_.residual_from_site[site] = inputs[0];
       }
-      values_.push(post->second);
+      values_.push(site);
       return true;
     }
     for (int value : inputs) {
@@ -438,7 +505,8 @@ class SiteValueTracker {
   const std::set<size_t>& any_layout_calls_;
   SymbolicStack values_; // each value: the site that produced it, or -1
   RaisingBlockPassage raising_block_;
-  std::map<size_t, int> conv_at_, post_op_at_;
+  std::map<size_t, int> conv_at_;
+  std::map<size_t, std::pair<int, PostOp>> post_op_at_; // a fused operation's instruction: its site, what it is
   std::set<int> used_;
   std::vector<int> uses_;              // uses by sites
   std::vector<bool> seen_elsewhere_;   // used by anything but a site, a size query included

@@ -2,8 +2,9 @@
 //
 // A frozen model pushes every conv2d (linear) argument but the input with LOADC just before the call, so the
 // weight, bias, stride, padding, dilation and groups are known at load. When the instructions right after the
-// call consume its result at once (hardtanh_/relu_ on it, or add.Tensor of it onto the value beneath), that
-// operation can run inside the same kernel: nothing else can see the intermediate value.
+// call consume its result at once (an activation on it, relu_, silu_, hardswish_, gelu..., or add.Tensor of it onto
+// the value beneath, or several of these in a row), those operations can run inside the same kernel: nothing else
+// can see the intermediate values.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,15 +25,31 @@ enum class SiteOp {
   Linear, // aten::linear(input, weight, bias)
 };
 
-// What a site's result goes through right away, in the same kernel.
+// What a site's result goes through right away, in the same kernel: an elementwise operation on it, or the
+// residual add onto the value beneath it.
 enum class PostOp {
-  None,
-  Relu,     // aten::relu / relu_ on the result
-  Hardtanh, // aten::hardtanh / hardtanh_ on the result, with constant bounds (ReLU6: 0, 6)
-  Add,      // aten::add.Tensor(beneath, result): a residual connection
+  Relu,      // aten::relu / relu_
+  Hardtanh,  // aten::hardtanh / hardtanh_ with constant bounds (ReLU6: 0, 6)
+  Silu,      // aten::silu / silu_ (x * sigmoid(x): EfficientNet's activation)
+  Sigmoid,   // aten::sigmoid / sigmoid_
+  Hardswish, // aten::hardswish / hardswish_ (MobileNetV3's activation)
+  Tanh,      // aten::tanh / tanh_
+  Gelu,      // aten::gelu / gelu_ with approximate 'none' (the erf form; a transformer's feed-forward)
+  Add,       // aten::add.Tensor(beneath, result), alpha 1: a residual connection
 };
 
 const char* post_op_name(PostOp op);
+
+// One operation fused after a site's call: its instruction, and the constants pushed for it after the result.
+struct FusedPostOp {
+  PostOp op = PostOp::Relu;
+  size_t instruction = 0; // the OP instruction
+  std::string operator_name; // "aten::hardtanh_"
+  double clamp_min = 0, clamp_max = 0; // Hardtanh's bounds
+  // The constants pushed after the result (Hardtanh's bounds, gelu's 'none'): the instruction drops them once the
+  // site ran it, and the generated path pushes them again.
+  std::vector<c10::IValue> arguments;
+};
 
 // One conv2d or linear call whose arguments after the input are bytecode constants.
 struct WeightSite {
@@ -48,13 +65,14 @@ struct WeightSite {
     return op == SiteOp::Conv2d ? "aten::conv2d" : "aten::linear";
   }
 
-  PostOp post_op = PostOp::None;
-  size_t post_op_instruction = 0; // the OP instruction of the fused operation (post_op != None)
-  std::string post_op_operator;   // its operator, "aten::hardtanh_"
-  double clamp_min = 0, clamp_max = 0; // Hardtanh's bounds
-  // The constants pushed for the post-op after the result (Hardtanh's bounds): its instruction drops them once
-  // the site ran it, and the generated path pushes them again.
-  std::vector<c10::IValue> post_op_arguments;
+  // The operations right after the call, in order, each consuming the one before's result at once (at most one
+  // Add among them); empty if none.
+  std::vector<FusedPostOp> post_ops;
+
+  // Whether a residual add is among the post-ops: the kernel then takes the value beneath its input too.
+  bool adds() const;
+  // Whether every post-op is a ReLU or a clamp (what oneDNN fuses into a 1x1 conv feeding a depthwise one).
+  bool only_clamping_post_ops() const;
 };
 
 // The site's result sizes for an input of `input` sizes (a conv's in NCHW order, whatever the layout).

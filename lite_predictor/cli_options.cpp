@@ -68,8 +68,9 @@ options:
   --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
                      the stock kernels' results). By default conv2d and linear sites with constant weights
                      (frozen models) run a oneDNN Graph kernel compiled on their first call per input
-                     shape, with a following relu/hardtanh/residual add fused in, and a 1x1 conv in one
-                     kernel with the depthwise conv it feeds; the report lists them
+                     shape, with the activations that follow (relu, hardtanh, silu, sigmoid, hardswish,
+                     tanh, gelu) and a residual add fused in, and a 1x1 conv in one kernel with the
+                     depthwise conv it feeds; the report lists them
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
                      background (default): the first run runs the generated kernels, then the model runs
                      once more on a thread of its own to compile and check every site; lite_predictor

@@ -24,6 +24,7 @@ from test_models import (
     recurrent,
     resize_conv,
     roi_head,
+    small_efficientnet,
     small_resnet,
     ssdlite_head,
     tensor_creation,
@@ -63,6 +64,10 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("mobilenet_v2_unfrozen", mobilenet_v2.build, mobilenet_v2.example_inputs, freeze=False),
         ModelSpec("small_resnet_unfrozen", small_resnet.build, small_resnet.example_inputs, freeze=False),
         ModelSpec("small_resnet", small_resnet.build, small_resnet.example_inputs),
+        # Activations fused into the conv or linear before them: SiLU, sigmoid, hardswish, GELU, tanh, add + ReLU.
+        ModelSpec("small_efficientnet", small_efficientnet.build, small_efficientnet.example_inputs),
+        ModelSpec("small_efficientnet_unfrozen", small_efficientnet.build, small_efficientnet.example_inputs,
+                  freeze=False),
         # Type coverage: each exercises a family of schema argument and return types end to end.
         ModelSpec("tensor_creation", tensor_creation.build, tensor_creation.example_inputs),
         ModelSpec("indexing", indexing.build, indexing.example_inputs),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from test_models.batch_norm_statistics import randomize_batch_norms
+
 SEED = 0
 WIDTHS = (16, 32, 64)
 
@@ -61,15 +63,7 @@ class SmallResNet(nn.Module):
 
 def build() -> nn.Module:
     torch.manual_seed(SEED)
-    model = SmallResNet()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.2, 0.2)
-                module.running_mean.uniform_(-0.3, 0.3)
-                module.running_var.uniform_(0.5, 2.0)
-    return model.eval()
+    return randomize_batch_norms(SmallResNet()).eval()
 
 
 def example_inputs() -> tuple[torch.Tensor, ...]:

@@ -5,8 +5,8 @@
 
 Each seed makes one small model, written as the Python source of an nn.Module class (a failing case reads like
 code), built from the patterns the stage rewrites and the ones that could fool its proofs: convs with relu,
-hardtanh (ReLU6) or a residual add right after them, 1x1 convs feeding 3x3 depthwise ones, linears, pools,
-elementwise operators, views and reshapes (view, reshape, permute, flatten), in-place operators on intermediate
+hardtanh (ReLU6), silu, hardswish, gelu, sigmoid, tanh (one or two in a row) or a residual add right after
+them, 1x1 convs feeding 3x3 depthwise ones, linears, pools, elementwise operators, views and reshapes (view, reshape, permute, flatten), in-place operators on intermediate
 values (on conv results, on views of them, on list and tuple elements), lists and tuples, loops and branches on
 shapes and on input values, values that depend only on shapes (the stage folds them), random-number operators,
 and module attributes read and written in forward. The model is scripted and saved for the lite interpreter
@@ -94,6 +94,12 @@ FEATURE_OPS: dict[str, tuple[str, ...]] = {
     "relu": ("aten::relu", "aten::relu_"),
     "hardtanh": ("aten::hardtanh", "aten::hardtanh_"),
     "relu6": ("aten::relu6",),
+    # Activations real models put after a conv or linear, fused into its kernel (gelu's tanh form is not).
+    "silu": ("aten::silu", "aten::silu_"),  # unfrozen, F.silu keeps both branches
+    "hardswish": ("aten::hardswish", "aten::hardswish_"),
+    "gelu": ("aten::gelu",),
+    "sigmoid": ("aten::sigmoid", "aten::sigmoid_"),
+    "tanh": ("aten::tanh", "aten::tanh_"),
     "add": ("aten::add.Tensor",),
     "pair": ("aten::conv2d",),
     "linear": ("aten::linear", "aten::mean.dim"),
@@ -196,17 +202,36 @@ class ModelWriter:
             choices += ["hardtanh", "hardtanh_"]
         if self.on("relu6"):
             choices += ["relu6"]
+        for family, kinds in (("silu", ["silu", "silu_"]), ("hardswish", ["hardswish", "hardswish_"]),
+                              ("gelu", ["gelu", "gelu_tanh"]), ("sigmoid", ["sigmoid", "sigmoid_"]),
+                              ("tanh", ["tanh", "tanh_"])):
+            if self.on(family):
+                choices += kinds
         kind = self.rng.choice(choices)
         if kind != "none":
             self.features.add(kind)
-        return {
+        activated = {
             "none": expr,
             "relu": f"torch.relu({expr})",
             "relu_": f"{expr}.relu_()",
             "hardtanh": f"F.hardtanh({expr}, 0.0, 6.0)",
             "hardtanh_": f"torch._C._nn.hardtanh_({expr}, 0.0, 6.0)",
             "relu6": f"F.relu6({expr})",
+            "silu": f"F.silu({expr})",
+            "silu_": f"F.silu({expr}, inplace=True)",
+            "hardswish": f"F.hardswish({expr})",
+            "hardswish_": f"F.hardswish({expr}, inplace=True)",
+            "gelu": f"F.gelu({expr})",
+            "gelu_tanh": f"F.gelu({expr}, approximate='tanh')",
+            "sigmoid": f"torch.sigmoid({expr})",
+            "sigmoid_": f"{expr}.sigmoid_()",
+            "tanh": f"torch.tanh({expr})",
+            "tanh_": f"{expr}.tanh_()",
         }[kind]
+        # Sometimes a second one on the first's result: the stage fuses a run of them.
+        if kind != "none" and self.rng.random() < 0.2:
+            return self.activation(activated)
+        return activated
 
     # -- statements: each writes a few lines of forward and may define variables
 

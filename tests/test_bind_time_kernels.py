@@ -1,5 +1,6 @@
 """The bind-time stage (LoadOptions::specialize, --no-specialize): conv2d call sites with constant weights run
-kernels oneDNN Graph compiles for them, with the following relu / hardtanh / residual add fused in, and a 1x1
+kernels oneDNN Graph compiles for them, with the following activations (relu, hardtanh, silu, sigmoid, hardswish,
+tanh, gelu) and residual add fused in, and a 1x1
 conv whose result only feeds a depthwise conv run in one kernel with it. Every test
 model must give eager's outputs within 1e-5 and the unspecialised run's within 1e-5, in the same layout; sites
 the stage takes must really run the compiled kernel; sites it cannot take keep their generated kernel."""
@@ -315,6 +316,113 @@ def test_linear_sites_run_compiled_kernels_with_their_activation_or_add_fused(pr
         assert site["notes"] == [] and (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(on)), site
     a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+class ThenActivation(torch.nn.Module):
+    """A conv (or linear) and the activation real models put after it. Each call is above the multiply-adds the
+    stage races (conv: 32 -> 32 channels, 3x3, at 48x48, 21M; linear: 64 x 512 x 512, 16.8M), so a kernel that
+    takes the activation always serves, and one that computes it wrongly fails the stage's own check."""
+
+    def __init__(self, layer: str, activation: str) -> None:
+        super().__init__()
+        self.layer = torch.nn.Conv2d(32, 32, 3, 1, 1) if layer == "conv2d" else torch.nn.Linear(512, 512)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.layer(x)
+        if self.activation == "silu":
+            return F.silu(y)
+        if self.activation == "silu_":
+            return F.silu(y, inplace=True)
+        if self.activation == "sigmoid":
+            return torch.sigmoid(y)
+        if self.activation == "hardswish":
+            return F.hardswish(y)
+        if self.activation == "hardswish_":
+            return F.hardswish(y, inplace=True)
+        if self.activation == "tanh":
+            return torch.tanh(y)
+        if self.activation == "gelu":
+            return F.gelu(y)
+        if self.activation == "gelu_tanh":
+            return F.gelu(y, approximate="tanh")
+        if self.activation == "add_relu":  # the residual add onto the conv's input, then a ReLU
+            return F.relu(x + y)
+        raise ValueError(self.activation)
+
+
+def layer_input(layer: str, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, 32, 48, 48) if layer == "conv2d" else (64, 512), generator=generator)
+
+
+FUSED_ACTIVATIONS = {
+    ("conv2d", "silu"): ["aten::silu"],
+    ("conv2d", "silu_"): ["aten::silu_"],
+    ("conv2d", "sigmoid"): ["aten::sigmoid"],
+    ("conv2d", "hardswish"): ["aten::hardswish"],
+    ("conv2d", "hardswish_"): ["aten::hardswish_"],
+    ("conv2d", "tanh"): ["aten::tanh"],
+    ("conv2d", "gelu"): ["aten::gelu"],
+    ("conv2d", "add_relu"): ["aten::add.Tensor", "aten::relu"],
+    ("linear", "gelu"): ["aten::gelu"],
+    ("linear", "tanh"): ["aten::tanh"],
+    ("linear", "silu_"): ["aten::silu_"],
+}
+
+
+@pytest.mark.parametrize("layer,activation", list(FUSED_ACTIVATIONS))
+def test_an_activation_after_a_conv_or_linear_runs_in_its_compiled_kernel(
+    layer: str, activation: str, predictor: Path, tmp_path: Path
+) -> None:
+    module = ThenActivation(layer, activation).eval()
+    model = save_frozen(module, [layer_input(layer, 0)], tmp_path / "act.ptl")
+    report = run_saving(predictor, model, tmp_path / "on.pt")
+    assert report["outputs_match"] is True, report["mismatch"]  # eager, 1e-5
+    (site,) = report["specialized_sites"]
+    assert site["fused"] == [f"aten::{layer}", *FUSED_ACTIVATIONS[(layer, activation)]]
+    assert site["notes"] == [], "the compiled kernel was refused: its result differed, or it did not compile"
+    assert (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(report))
+    # New values, not the ones the kernel was prepared and checked on.
+    fresh = layer_input(layer, 1)
+    torch.save([fresh], tmp_path / "fresh.pt")
+    with torch.no_grad():
+        torch.save([module(fresh)], tmp_path / "fresh.expected.pt")
+    again = run_saving(predictor, model, tmp_path / "fresh_out.pt", "--input", tmp_path / "fresh.pt",
+                       "--expected", tmp_path / "fresh.expected.pt")
+    assert again["outputs_match"] is True, again["mismatch"]
+    assert again["specialized_sites"][0]["specialized_calls"] == later_runs(again)
+
+
+def test_gelu_in_its_tanh_approximation_stays_outside_the_linear_kernel(predictor: Path, tmp_path: Path) -> None:
+    # oneDNN Graph's GELU is the erf form: the tanh approximation differs from it by up to ~1e-3.
+    model = save_frozen(ThenActivation("linear", "gelu_tanh"), [layer_input("linear", 0)], tmp_path / "gelu.ptl")
+    report = run_saving(predictor, model, tmp_path / "on.pt")
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    assert site["fused"] == ["aten::linear"] and site["runs"] == "static+onednn(linear)"
+
+
+def test_small_efficientnet_fuses_every_activation_that_follows_a_conv_or_linear(
+    predictor: Path, models_dir: Path
+) -> None:
+    # The registry's EfficientNet / MobileNetV3-style model, frozen and unfrozen (bind-time freezing first): its
+    # SiLU, sigmoid and hardswish after convs, GELU and tanh after linears, and add + ReLU after the tail conv.
+    for name in ("small_efficientnet", "small_efficientnet_unfrozen"):
+        run = run_predictor(predictor, models_dir / f"{name}.ptl", "--iters", "1", "--json")
+        assert run.returncode == 0, run.stderr
+        report = run.json()
+        assert report["outputs_match"] is True, report["mismatch"]
+        fused = [tuple(site["fused"]) for site in report["specialized_sites"]]
+        assert fused.count(("aten::conv2d", "aten::silu_")) == 7, fused
+        assert fused.count(("aten::conv2d", "aten::silu")) == 4, fused
+        assert fused.count(("aten::conv2d", "aten::sigmoid")) == 3, fused
+        assert {("aten::conv2d", "aten::hardswish"), ("aten::conv2d", "aten::hardswish_"),
+                ("aten::linear", "aten::gelu"), ("aten::linear", "aten::tanh")} <= set(fused), fused
+        assert fused[-2:] == [("aten::linear",), ("aten::linear",)], "fc3's tanh-approximated GELU is not fused"
+        # Frozen, the tail's ReLU follows its add at once; unfrozen, F.relu's result goes through a register.
+        tail = ("aten::conv2d", "aten::add.Tensor") + (("aten::relu",) if name == "small_efficientnet" else ())
+        assert tail in fused, fused
 
 
 def test_a_linear_site_on_a_batch_of_sequences_runs_on_its_rows(predictor: Path, tmp_path: Path) -> None:

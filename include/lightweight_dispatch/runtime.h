@@ -110,7 +110,8 @@ struct LoadOptions {
   bool keep_large_allocations_in_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
-  // with a directly following relu, hardtanh (ReLU6) or residual add fused in (and a 1x1 conv with the
+  // with the activations directly following it (relu, hardtanh, silu, sigmoid, hardswish, tanh, erf gelu) and
+  // a residual add fused in (and a 1x1 conv with the
   // depthwise conv it alone feeds), channels_last where a result only
   // feeds other such sites; each shape is checked once against the generated kernels, on a seeded probe input
   // and on the call's own tensors (and raced against them when the call is cheap). Calls of operators that are
