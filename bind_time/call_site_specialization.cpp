@@ -3,13 +3,10 @@
 #include <bind_time/onednn_partition.h>
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
+#include <bind_time/result_check.h>
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/ops/aminmax.h>
-#include <ATen/ops/empty_strided.h>
-#include <ATen/ops/max.h>
 #include <ATen/core/stack.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
@@ -31,14 +28,6 @@ namespace {
 
 // Shapes a site keeps a compiled partition for; a site called with more runs its generated kernels for them.
 constexpr size_t kMaxShapesPerSite = 4;
-
-// The checks made once per shape: the partition against the generated kernels, on a probe input and on the first
-// call's tensors.
-constexpr double kCheckRtol = 1e-5;
-constexpr double kCheckAtol = 1e-5;
-
-// The seed of the probe inputs a compiled kernel is checked on before it serves a call.
-constexpr uint64_t kProbeSeed = 0x5eed;
 
 // A test-only hook: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1 in the environment, every partition is
 // compiled with its first site's weight doubled, a kernel the checks must catch (tests/test_stage_correctness.py).
@@ -84,16 +73,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 std::string short_name(const std::string& op) {
   const auto colons = op.find("::");
   return colons == std::string::npos ? op : op.substr(colons + 2);
-}
-
-// max |got - expected| <= atol + rtol * max |expected|, computed in `expected`'s own memory (it is discarded):
-// four passes and no new buffer, where at::allclose makes six passes and four result-sized temporaries, whose
-// fresh pages cost most of the check on a first run.
-bool agrees(const at::Tensor& got, at::Tensor& expected) {
-  const auto [low, high] = at::aminmax(expected);
-  const double scale = std::max(std::abs(low.item<double>()), std::abs(high.item<double>()));
-  const double worst = expected.sub_(got).abs_().max().item<double>();
-  return std::isfinite(worst) && worst <= kCheckAtol + kCheckRtol * scale;
 }
 
 struct TensorShape {
@@ -312,7 +291,7 @@ class SiteKernel {
     }
     if (partition) {
       at::Tensor expected = stack.back().toTensor();
-      if (agrees(got, expected)) { // (agrees consumes `expected`)
+      if (agrees_within_tolerance(got, expected)) { // (it consumes `expected`)
         stack.back() = std::move(got); // the layout later calls produce, so the next site prepares once
         prepared->partition = std::move(partition);
       } else {
@@ -337,14 +316,10 @@ class SiteKernel {
   // probe exercises every weight.
   bool agrees_on_a_probe(const OnednnPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
-    at::Generator generator = at::detail::createCPUGenerator(kProbeSeed);
-    const auto probe_like = [&](const at::Tensor& t) {
-      return at::empty_strided(t.sizes(), t.strides(), t.options()).normal_(0.0, 1.0, generator);
-    };
     torch::jit::Stack probe_arguments = arguments;
     at::Tensor probe_residual;
     if (residual != nullptr) {
-      probe_residual = probe_like(*residual);
+      probe_residual = probe_like(*residual, 1);
       probe_arguments[0] = probe_residual;
     }
     const at::Tensor probe = probe_like(input);
@@ -352,7 +327,7 @@ class SiteKernel {
     const at::Tensor compiled = partition.run(probe, residual != nullptr ? &probe_residual : nullptr);
     run_generated_kernels(probe_arguments);
     at::Tensor expected = probe_arguments.back().toTensor();
-    return agrees(compiled, expected);
+    return agrees_within_tolerance(compiled, expected);
   }
 
   // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
@@ -439,6 +414,11 @@ std::string runs_description(const std::vector<std::string>& fused) {
   return "static+fused(" + names + ")";
 }
 
+// Whether any of `origins` (sites) gives its result channels_last.
+bool any_channels_last(const std::vector<int>& origins, const std::vector<bool>& channels_last) {
+  return std::any_of(origins.begin(), origins.end(), [&](int site) { return channels_last[static_cast<size_t>(site)]; });
+}
+
 // The first site's input is the chain's; the last site's result is its result. `channels_last`: per site, whether
 // its result is channels_last (the last site of a chain laid out before this one).
 ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_t last, const SiteDataflow& flow,
@@ -449,12 +429,13 @@ ResultLayout layout_of(const std::vector<WeightSite>& sites, size_t first, size_
   if (flow.feeds_only_sites[last] || (flow.escapes_only_to_layout_free_ops[last] && !model_minds_layout)) {
     return ResultLayout::ChannelsLast;
   }
-  // An operand channels_last because a site made it so, where the stock kernels would have had it contiguous:
-  // the generated kernels would carry that layout into this result (an add takes its first operand's).
-  const auto made_channels_last = [&](int site) { return site >= 0 && channels_last[static_cast<size_t>(site)]; };
-  const int residual = sites[last].adds() ? flow.residual_from_site[last] : -1;
-  return made_channels_last(flow.input_from_site[first]) || made_channels_last(residual) ? ResultLayout::Contiguous
-                                                                                           : ResultLayout::AsInput;
+  // An operand channels_last because a site made it so (its result, or a value computed from it), where the stock
+  // kernels would have had it contiguous: the generated kernels would carry that layout into this result (an add
+  // takes its first operand's).
+  const bool residual_made_channels_last = sites[last].adds() && any_channels_last(flow.residual_origins[last], channels_last);
+  return any_channels_last(flow.input_origins[first], channels_last) || residual_made_channels_last
+             ? ResultLayout::Contiguous
+             : ResultLayout::AsInput;
 }
 
 // Why instruction `pc` of `code` may write a tensor, or "" if it cannot: an operator that may write one of its
@@ -614,8 +595,10 @@ std::shared_ptr<Specialization> specialize_call_sites(
     std::vector<WeightSite> sites = onednn_graph_available() ? find_weight_sites(code) : std::vector<WeightSite>{};
     // Before any instruction is re-bound.
     const std::vector<size_t> max_pools = find_max_pool_calls(code);
+    const std::vector<size_t> average_pools = find_adaptive_avg_pool_calls(code);
     const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of),
-        std::set<size_t>(max_pools.begin(), max_pools.end()));
+        std::set<size_t>(max_pools.begin(), max_pools.end()),
+        std::set<size_t>(average_pools.begin(), average_pools.end()));
     std::vector<bool> channels_last(sites.size(), false); // per site, as laid out so far
     for (const Chain& found : chains_of(code, sites, flow, schema_of)) {
       const std::vector<size_t>& chain = found.sites;
@@ -668,6 +651,20 @@ std::shared_ptr<Specialization> specialize_call_sites(
       rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       taken.insert(pc);
       result->layouts_.push_back({LayoutCallSite{function_name, pc, "aten::max_pool2d", 0, 0}, std::move(kernel)});
+    }
+    for (size_t pc : average_pools) {
+      const auto& inst = code.instructions_[pc];
+      const int given = code.operator_input_sizes_[inst.X];
+      const auto from = flow.checked_call_origins.find(pc);
+      if (taken.count(pc) != 0 || given < 1 || from == flow.checked_call_origins.end() ||
+          !any_channels_last(from->second, channels_last)) {
+        continue; // no site makes its input channels_last
+      }
+      auto kernel = std::make_shared<AvgPoolLayoutKernel>(code.operators_[inst.X], static_cast<size_t>(given));
+      rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      taken.insert(pc);
+      result->layouts_.push_back(
+          {LayoutCallSite{function_name, pc, "aten::adaptive_avg_pool2d", 0, 0}, std::move(kernel)});
     }
     fold_calls(code, function_name, schema_of, taken, result->folded_);
   }

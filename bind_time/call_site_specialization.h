@@ -42,7 +42,7 @@ class Specialization {
   };
   struct Layout {
     LayoutCallSite report;
-    std::shared_ptr<MaxPoolLayoutKernel> kernel;
+    std::shared_ptr<LayoutKernelCounts> kernel;
   };
 
   // Every re-bound site, with its counters now.

@@ -1,6 +1,7 @@
 #include <bind_time/pooling_layout.h>
 
 #include <bind_time/preparation_run.h>
+#include <bind_time/result_check.h>
 
 #include <c10/core/MemoryFormat.h>
 #include <torch/csrc/jit/runtime/instruction.h>
@@ -27,6 +28,18 @@ bool is_channels_last_float_map(const c10::IValue& value) {
   const at::Tensor& t = value.toTensor();
   return t.dim() == 4 && t.scalar_type() == at::kFloat && !t.is_contiguous() &&
          t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+// The OP instructions of `code` calling `op`.
+std::vector<size_t> calls_of(const torch::jit::mobile::Code& code, const std::string& op) {
+  std::vector<size_t> calls;
+  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+    const auto& inst = code.instructions_[pc];
+    if (inst.op == torch::jit::OP && op_display_name(code.op_names_[static_cast<size_t>(inst.X)]) == op) {
+      calls.push_back(pc);
+    }
+  }
+  return calls;
 }
 
 double ms_of(const std::function<void()>& run) {
@@ -89,15 +102,49 @@ bool MaxPoolLayoutKernel::decide(const torch::jit::Stack& stack, size_t input_at
   return faster;
 }
 
-std::vector<size_t> find_max_pool_calls(const torch::jit::mobile::Code& code) {
-  std::vector<size_t> calls;
-  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
-    const auto& inst = code.instructions_[pc];
-    if (inst.op == torch::jit::OP && op_display_name(code.op_names_[static_cast<size_t>(inst.X)]) == "aten::max_pool2d") {
-      calls.push_back(pc);
-    }
+void AvgPoolLayoutKernel::operator()(torch::jit::Stack& stack) const {
+  const size_t input_at = stack.size() - inputs_;
+  if (!is_channels_last_float_map(stack[input_at]) || !run_inputs_stock_layout()) {
+    ++stock_calls_;
+    generated_(stack);
+    return;
   }
-  return calls;
+  if (agrees(stack, input_at)) {
+    ++channels_last_calls_;
+  } else {
+    ++stock_calls_;
+    stack[input_at] = stack[input_at].toTensor().contiguous();
+  }
+  generated_(stack);
+}
+
+bool AvgPoolLayoutKernel::agrees(const torch::jit::Stack& stack, size_t input_at) const {
+  const at::Tensor& input = stack[input_at].toTensor();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const auto found = channels_last_for_.find(input.sizes().vec()); found != channels_last_for_.end()) {
+    return found->second;
+  }
+  const torch::jit::Stack arguments(stack.begin() + static_cast<std::ptrdiff_t>(input_at), stack.end());
+  const auto agrees_on = [&](const at::Tensor& map) {
+    torch::jit::Stack as_given = arguments, contiguous = arguments;
+    as_given[0] = map;
+    contiguous[0] = map.contiguous();
+    generated_(as_given);
+    generated_(contiguous);
+    at::Tensor expected = contiguous.back().toTensor();
+    return agrees_within_tolerance(as_given.back().toTensor(), expected);
+  };
+  const bool agreed = agrees_on(input) && agrees_on(probe_like(input));
+  channels_last_for_.emplace(input.sizes().vec(), agreed);
+  return agreed;
+}
+
+std::vector<size_t> find_adaptive_avg_pool_calls(const torch::jit::mobile::Code& code) {
+  return calls_of(code, "aten::adaptive_avg_pool2d");
+}
+
+std::vector<size_t> find_max_pool_calls(const torch::jit::mobile::Code& code) {
+  return calls_of(code, "aten::max_pool2d");
 }
 
 } // namespace lightweight_dispatch

@@ -25,7 +25,21 @@
 
 namespace lightweight_dispatch {
 
-class MaxPoolLayoutKernel {
+// What a layout kernel counts: its calls run channels_last, and those run as the stock kernels would.
+class LayoutKernelCounts {
+ public:
+  int64_t channels_last_calls() const {
+    return channels_last_calls_;
+  }
+  int64_t stock_calls() const {
+    return stock_calls_;
+  }
+
+ protected:
+  mutable std::atomic<int64_t> channels_last_calls_{0}, stock_calls_{0};
+};
+
+class MaxPoolLayoutKernel : public LayoutKernelCounts {
  public:
   // `from_channels_last_site`: the input is a site's result that the stage gives channels_last, where the stock
   // kernels give it contiguous (in a run given stock-layout inputs): a channels_last input is then run as it is
@@ -34,13 +48,6 @@ class MaxPoolLayoutKernel {
       : generated_(std::move(generated)), inputs_(inputs), from_channels_last_site_(from_channels_last_site) {}
 
   void operator()(torch::jit::Stack& stack) const;
-
-  int64_t channels_last_calls() const {
-    return channels_last_calls_;
-  }
-  int64_t stock_calls() const {
-    return stock_calls_;
-  }
 
  private:
   // Runs on a channels_last copy, gives the result back contiguous.
@@ -52,10 +59,36 @@ class MaxPoolLayoutKernel {
   bool from_channels_last_site_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, bool> channels_last_for_; // per input sizes: faster channels_last
-  mutable std::atomic<int64_t> channels_last_calls_{0}, stock_calls_{0};
 };
 
 // The max_pool2d OP instructions of `code`.
 std::vector<size_t> find_max_pool_calls(const torch::jit::mobile::Code& code);
+
+// adaptive_avg_pool2d on a map a site made channels_last (a squeeze-excitation block's pooling of a depthwise
+// conv's result, which also goes on to the block's product and the next conv). LibTorch's kernel sums a window
+// in another order on a channels_last tensor than on a contiguous one, so the two results may differ in their
+// last bits (measured: up to 1.2e-7 on a 1152-channel 7x7 map). So the channels_last input is pooled as it is
+// only for an input shape where, on its first call, the result agrees with the contiguous input's within the
+// stage's tolerance (result_check.h), on that call's own tensor and on a probe; otherwise every call of that
+// shape pools a contiguous copy, as the stock kernels would. Any other input (the caller's own channels_last
+// tensors included: the stock kernels see them too) runs the generated kernel as it is.
+class AvgPoolLayoutKernel : public LayoutKernelCounts {
+ public:
+  AvgPoolLayoutKernel(std::function<void(torch::jit::Stack&)> generated, size_t inputs)
+      : generated_(std::move(generated)), inputs_(inputs) {}
+
+  void operator()(torch::jit::Stack& stack) const;
+
+ private:
+  bool agrees(const torch::jit::Stack& stack, size_t input_at) const;
+
+  std::function<void(torch::jit::Stack&)> generated_;
+  size_t inputs_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::vector<int64_t>, bool> channels_last_for_; // per input sizes: the results agree
+};
+
+// The adaptive_avg_pool2d OP instructions of `code`.
+std::vector<size_t> find_adaptive_avg_pool_calls(const torch::jit::mobile::Code& code);
 
 } // namespace lightweight_dispatch

@@ -316,10 +316,14 @@ namespace {
 class SiteValueTracker {
  public:
   SiteValueTracker(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-      const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls)
+      const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls,
+      const std::set<size_t>& checked_layout_calls)
       : code_(code), returns_of_(returns_of), writes_nothing_(writes_nothing), any_layout_calls_(any_layout_calls),
+        checked_layout_calls_(checked_layout_calls), sites_(static_cast<int>(sites.size())),
         values_(code.register_size_, -1) {
     flow_.feeds_only_sites.assign(sites.size(), false);
+    flow_.input_origins.assign(sites.size(), {});
+    flow_.residual_origins.assign(sites.size(), {});
     flow_.input_from_site.assign(sites.size(), -1);
     flow_.residual_from_site.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
@@ -368,6 +372,12 @@ class SiteValueTracker {
  private:
   // A use by something other than a site: `op` names the operator, "" an instruction or a use past the trace.
   void escape(int value, const std::string& op = "") {
+    if (value >= sites_) { // computed from sites' results: each of them escapes
+      for (int origin : origins(value)) {
+        escape(origin, op);
+      }
+      return;
+    }
     if (value < 0) {
       return;
     }
@@ -396,11 +406,48 @@ class SiteValueTracker {
   }
   // `consumer`: the site whose input `value` is, or -1 for another use by a site (a fused add's operand).
   void use_by_site(int value, int consumer) {
+    if (value >= sites_) { // through layout-following operations: no site is its only consumer
+      for (int origin : origins(value)) {
+        use_by_following_call(origin);
+      }
+      return;
+    }
     if (value >= 0) {
       used_.insert(value);
       ++uses_[value];
       flow_.sole_consumer[value] = consumer;
     }
+  }
+  // A use by a layout-following operation or a layout-checked call: no escape, but not a site's only input.
+  void use_by_following_call(int value) {
+    for (int origin : origins(value)) {
+      used_.insert(origin);
+      seen_elsewhere_[origin] = true;
+    }
+  }
+  // The sites a value is computed from: itself if it is a site's result; none for -1.
+  std::vector<int> origins(int value) const {
+    if (value < 0) {
+      return {};
+    }
+    if (value < sites_) {
+      return {value};
+    }
+    return derived_[static_cast<size_t>(value - sites_)];
+  }
+  // A value computed from these sites' results (or -1 if none): a new symbolic value.
+  int derived_from(const std::vector<int>& inputs) {
+    std::set<int> all;
+    for (int value : inputs) {
+      for (int origin : origins(value)) {
+        all.insert(origin);
+      }
+    }
+    if (all.empty()) {
+      return -1;
+    }
+    derived_.emplace_back(all.begin(), all.end());
+    return sites_ + static_cast<int>(derived_.size()) - 1;
   }
 
 
@@ -463,11 +510,12 @@ class SiteValueTracker {
     const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
     if (const auto conv = conv_at_.find(pc); conv != conv_at_.end()) {
       use_by_site(inputs.at(0), conv->second);
-      flow_.input_from_site[conv->second] = inputs.at(0);
+      flow_.input_from_site[conv->second] = inputs.at(0) < sites_ ? inputs.at(0) : -1;
+      flow_.input_origins[conv->second] = origins(inputs.at(0));
       values_.push(conv->second);
       return true;
     }
-    if (any_layout_calls_.count(pc) != 0 && !inputs.empty()) {
+    if (any_layout_calls_.count(pc) != 0 && !inputs.empty() && inputs[0] < sites_) {
       // Its first argument in any layout: a use like a site's. The rest are its parameters.
       use_by_site(inputs[0], -1);
       flow_.any_layout_call_input[pc] = inputs[0];
@@ -483,9 +531,27 @@ class SiteValueTracker {
       const auto [site, op] = post->second;
       if (op == PostOp::Add && !inputs.empty()) {
         use_by_site(inputs[0], -1);
-        flow_.residual_from_site[site] = inputs[0];
+        flow_.residual_from_site[site] = inputs[0] < sites_ ? inputs[0] : -1;
+        flow_.residual_origins[site] = origins(inputs[0]);
       }
       values_.push(site);
+      return true;
+    }
+    if (checked_layout_calls_.count(pc) != 0 && !inputs.empty()) {
+      // Its first argument in any layout, its result traced on; the rest are its parameters.
+      use_by_following_call(inputs[0]);
+      flow_.checked_call_origins[pc] = origins(inputs[0]);
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        escape(inputs[i], name);
+      }
+      values_.push(derived_from({inputs[0]}));
+      return true;
+    }
+    if (is_layout_following(name, given)) {
+      for (int value : inputs) {
+        use_by_following_call(value);
+      }
+      values_.push(derived_from(inputs));
       return true;
     }
     for (int value : inputs) {
@@ -503,7 +569,10 @@ class SiteValueTracker {
   const ReturnCount& returns_of_;
   bool writes_nothing_;
   const std::set<size_t>& any_layout_calls_;
-  SymbolicStack values_; // each value: the site that produced it, or -1
+  const std::set<size_t>& checked_layout_calls_;
+  const int sites_; // values 0 .. sites_ - 1 are the sites' results; from sites_ on, values computed from them
+  std::vector<std::vector<int>> derived_; // per value from sites_ on: the sites it is computed from
+  SymbolicStack values_; // each value: the site that produced it, a value computed from sites (derived_), or -1
   RaisingBlockPassage raising_block_;
   std::map<size_t, int> conv_at_;
   std::map<size_t, std::pair<int, PostOp>> post_op_at_; // a fused operation's instruction: its site, what it is
@@ -518,8 +587,18 @@ class SiteValueTracker {
 } // namespace
 
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls) {
-  return SiteValueTracker(code, sites, returns_of, writes_nothing, any_layout_calls).run();
+    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls,
+    const std::set<size_t>& checked_layout_calls) {
+  return SiteValueTracker(code, sites, returns_of, writes_nothing, any_layout_calls, checked_layout_calls).run();
+}
+
+bool is_layout_following(const std::string& op_name, int given_arguments) {
+  static const std::map<std::string, int> arguments_given = {
+      {"aten::add.Tensor", 2}, {"aten::add_.Tensor", 2}, {"aten::sub.Tensor", 2}, {"aten::sub_.Tensor", 2},
+      {"aten::mul.Tensor", 2}, {"aten::mul_.Tensor", 2}, {"aten::relu", 1}, {"aten::relu_", 1},
+      {"aten::hardtanh", 3}, {"aten::hardtanh_", 3}};
+  const auto found = arguments_given.find(op_name);
+  return found != arguments_given.end() && found->second == given_arguments;
 }
 
 } // namespace lightweight_dispatch

@@ -101,8 +101,9 @@ using ReturnCount = std::function<std::optional<size_t>(const std::string& op_na
 // Where each site's result goes, from running the function's bytecode symbolically up to its first jump, call
 // or other instruction whose effect on the stack it does not follow (beyond it, nothing is proven).
 struct SiteDataflow {
-  // Per site: its result is used, and only as the input (or, for a fused add, the tensor added) of other sites.
-  // Such a result may have any layout: no other operator, and not the model's caller, ever sees it.
+  // Per site: its result is used, and only as the input (or, for a fused add, the tensor added) of other sites,
+  // directly or through layout-following operations and layout-checked calls whose results only go there too.
+  // Such a result may be channels_last: no other operator, and not the model's caller, ever sees it.
   std::vector<bool> feeds_only_sites;
   // Per site: the site whose result is its input, or -1 (a model input, another operator's result, unknown).
   std::vector<int> input_from_site;
@@ -118,12 +119,28 @@ struct SiteDataflow {
   // Per call given as taking any layout (`any_layout_calls`): the site whose result is its input, or -1. Such a
   // call counts as a site's use, like another site's.
   std::map<size_t, int> any_layout_call_input;
+  // Per site: the sites its input is computed from, directly or through layout-following operations (below);
+  // per site with a fused add, likewise for the tensor it adds. Empty: no site's result.
+  std::vector<std::vector<int>> input_origins, residual_origins;
+  // Per layout-checked call (`checked_layout_calls`) reached: the sites its input is computed from.
+  std::map<size_t, std::vector<int>> checked_call_origins;
 };
+
+// Operators whose results hold the same values bit for bit whatever the layouts of their tensor arguments, and
+// whose results are fresh tensors or their first argument (never a view): additions, subtractions and products
+// of two tensors (each element one IEEE operation, so neither the iteration order nor vectorisation changes it;
+// alpha must be left at 1), relu and hardtanh (each element a comparison's choice, NaN kept by the vectorised
+// loop as by the scalar one: tests/test_layout_following.py checks NaN, -0.0 and infinities in both layouts).
+// A site's result may go through them channels_last: their results are traced like the site's own.
+bool is_layout_following(const std::string& op_name, int given_arguments);
 
 // `writes_nothing`: no instruction of the function may write a tensor (a result may then escape channels_last).
 // `any_layout_calls`: OP instructions whose kernels take their first argument in any layout and return the stock
-// layout (pooling_layout.h's).
+// layout (pooling_layout.h's max_pool2d). `checked_layout_calls`: OP instructions whose kernels take their first
+// argument in any layout and keep a channels_last one only where their result agrees with the stock layout's
+// (pooling_layout.h's adaptive_avg_pool2d); their results are traced like a layout-following operation's.
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
-    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls = {});
+    const ReturnCount& returns_of, bool writes_nothing, const std::set<size_t>& any_layout_calls = {},
+    const std::set<size_t>& checked_layout_calls = {});
 
 } // namespace lightweight_dispatch

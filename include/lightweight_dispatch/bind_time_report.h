@@ -51,14 +51,15 @@ struct FoldedCallSite {
   int64_t reused = 0;     // calls served by the remembered result
 };
 
-// A call site the bind-time stage runs in the layout its kernel is fast in (max_pool2d on a channels_last copy,
-// its result given back contiguous), for the input shapes where that is faster.
+// A call site the bind-time stage runs in the layout its kernel is fast in: max_pool2d on a channels_last copy (its
+// result given back contiguous) for the input shapes where that is faster; adaptive_avg_pool2d on a map a site made
+// channels_last, as it is, for the input shapes where its result agrees with the contiguous map's.
 struct LayoutCallSite {
   std::string function;
   size_t instruction = 0;
-  std::string op;                  // "aten::max_pool2d"
-  int64_t channels_last_calls = 0; // calls run on a channels_last copy
-  int64_t stock_calls = 0;         // calls run as given (the layout was not faster, or does not apply)
+  std::string op;                  // "aten::max_pool2d", "aten::adaptive_avg_pool2d"
+  int64_t channels_last_calls = 0; // calls run on a channels_last tensor
+  int64_t stock_calls = 0;         // calls run as the stock kernels would (not faster, not agreeing, or n/a)
 };
 
 // Bind-time freezing (the stage's first step): a model saved without torch.jit.freeze reads its weights as module
