@@ -21,6 +21,7 @@ import random
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -156,6 +157,13 @@ def load_runners(name: str, models_dir: Path, servers: dict[str, LatencyServer],
 
 ADJACENT = (("static", "static_plain", "dynamic"),)
 
+# A pause before every timed run (and burst), longer than any runtime's idle workers spin: after a parallel
+# region LibTorch's OpenMP workers (GNU libgomp, OMP_WAIT_POLICY unset) spin for a few milliseconds, and so does
+# ORT's thread pool, so on this 2-core machine a 2-thread run that follows another process's run lost a core to
+# it (measured, 15 rounds, 2 threads: MobileNetV3-Large static 15.2 -> 9.0 ms with the pause, ORT 5.1 -> 5.1;
+# EfficientNet-B0 static 20.8 -> 14.3, ORT 6.5 -> 6.9). An app runs one runtime, not six in turn.
+SETTLE_MS = 20.0
+
 
 def round_order(modes: list[str], rng: random.Random,
                 adjacent: tuple[tuple[str, ...], ...] = ADJACENT) -> list[str]:
@@ -175,8 +183,13 @@ def round_order(modes: list[str], rng: random.Random,
 
 
 def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs: int, warmup: int, seed: int,
-                adjacent: tuple[tuple[str, ...], ...] = ADJACENT) -> None:
+                adjacent: tuple[tuple[str, ...], ...] = ADJACENT, settle_ms: float = SETTLE_MS) -> None:
     rng = random.Random(seed)
+
+    def settled(mode: str) -> float:
+        time.sleep(settle_ms / 1000.0)
+        return runners[mode]()
+
     modes = list(runners)
     for mode in list(modes):  # the first inference of each, already loaded, in a warm process
         try:
@@ -188,7 +201,7 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
         times: dict[str, float] = {}
         for mode in round_order(modes, rng, adjacent):
             try:
-                times[mode] = runners[mode]()
+                times[mode] = settled(mode)
             except Exception as error:
                 samples.failed[mode] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 modes.remove(mode)
@@ -203,7 +216,8 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
     warm: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(BURST_ROUNDS):
         for mode in round_order(modes, rng, adjacent):
-            warm[mode] += [runners[mode]() for _ in range(BURST_LENGTH)][1:]
+            burst = [settled(mode)] + [runners[mode]() for _ in range(BURST_LENGTH - 1)]
+            warm[mode] += burst[1:]  # each burst's first run dropped
     samples.warm_burst_ms = {mode: statistics.median(times) for mode, times in warm.items()}
 
 
