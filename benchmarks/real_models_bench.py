@@ -33,6 +33,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.figures import Section, Target  # noqa: E402
+from benchmarks import layer_profile  # noqa: E402
 from benchmarks.latency import (LatencyError, LatencyServer, Samples, cold_start_sample, interleaved,  # noqa: E402
                                 paired_ratio, peer_server, record_modes)
 
@@ -348,7 +349,28 @@ def measure(peers_python: Path | None, threads: tuple[int, ...] = (1, 2), runs: 
                                           min(cold_reps, COLD_REPS_CAP.get(name, cold_reps)), failed)
         record_cold(name, results, cold_failed, section)
         judge(name, threads, section)
+        record_layers(predictor, peers_python, models_dir, name, section)
     return section
+
+
+LAYER_PROFILE_RUNS = {"distilbert": 5}  # per model; others 20
+
+
+def record_layers(predictor: Path, peers_python: Path, models_dir: Path, name: str, section: Section) -> None:
+    """Where the time goes per kind of layer (layer_profile.py): ours (the model as saved, stage on) beside ORT's
+    own profile, 1 thread, into details["layer_profile"][name]."""
+    onnx = peer_file(models_dir, name, "onnxruntime")
+    if not onnx.is_file():
+        return
+    runs = LAYER_PROFILE_RUNS.get(name, 20)
+    inputs = models_dir / f"{name}.inputs.pt"
+    try:
+        profiles = {"static": layer_profile.ours(predictor, models_dir / f"{name}.ptl", inputs, runs),
+                    "onnxruntime": layer_profile.onnxruntime(peers_python, onnx, inputs, runs)}
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
+        section.skipped.append(f"real models {name}: no per-layer profile: {error}")
+        return
+    section.details.setdefault("layer_profile", {})[name] = profiles
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,6 +249,21 @@ def real_models_cold_table(section: Section) -> list[str]:
                    f"static / best peer (≤ {real.COLD_TARGET})", f"frozen / best peer (≤ {real.COLD_TARGET})"], rows)
 
 
+def real_models_layers_table(section: Section) -> list[str]:
+    """Per model: ms per run in each kind of layer, ours (the model as saved, stage on) / ORT's own profile."""
+    from benchmarks import layer_profile
+
+    profiles = section.details.get("layer_profile", {})
+    kinds = [k for k in layer_profile.KINDS
+             if any(max(p["static"][k], p["onnxruntime"][k]) >= 0.05 for p in profiles.values())]
+    rows = []
+    for model, profile in profiles.items():
+        ours, ort = profile["static"], profile["onnxruntime"]
+        rows.append([f"`{model}`", *(f"{ours[k]:.2f} / {ort[k]:.2f}" for k in kinds),
+                     f"{sum(ours.values()):.2f} / {sum(ort.values()):.2f}"])
+    return _table(["model", *kinds, "all"], rows) if rows else []
+
+
 def real_models_lines(section: Section) -> list[str]:
     """report.md's section for benchmarks/real_models_bench.py."""
     if not section.figures and not section.skipped:
@@ -280,6 +295,17 @@ def real_models_lines(section: Section) -> list[str]:
         *real_models_cold_table(section),
         "",
     ]
+    if section.details.get("layer_profile"):
+        lines += [
+            "Where the time goes, per kind of layer (ms per run, ours / ONNX Runtime): `lite_predictor --profile-ops`",
+            "on the model as saved (stage on; a conv counts with the activations fused into it) beside ORT's own",
+            "profiler on its file (`benchmarks/ort_layer_profile.py`; its convs carry their activations too, except",
+            "SiLU, which it runs as QuickGelu), 1 thread, each its own per-call timer, so the sums exceed an untimed",
+            "run (`benchmarks/layer_profile.py` says which operator goes to which kind):",
+            "",
+            *real_models_layers_table(section),
+            "",
+        ]
     manifest = section.details.get("manifest", {})
     for model, checks in manifest.get("peer_checks", {}).items():
         for kind, check in checks.items():

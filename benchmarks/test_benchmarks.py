@@ -461,3 +461,21 @@ def test_the_bind_time_table_has_a_row_per_model_and_says_which_sites_keep_their
     assert len(table) == 3
     assert table[2] == ("| `roi_head` | 0.860 ms | 0.890 ms | 2 (3 operator calls; 1 keeps its generated kernels) | 1 "
                         "| 5.0 ms | 15 ms |")
+
+
+def test_layer_profiles_sum_each_runtimes_operators_into_the_same_kinds_of_layer() -> None:
+    from benchmarks import layer_profile as lp
+    from benchmarks.report import real_models_layers_table
+
+    ours = lp.by_kind({"aten::conv2d": 9.0, "aten::silu_": 0.5, "aten::mul": 0.25, "aten::adaptive_avg_pool2d": 0.25,
+                       "aten::flatten": 0.01, "aten::size": 0.02}, lp._OURS)
+    ort = lp.by_kind({"Conv": 5.0, "QuickGelu": 1.0, "Mul": 0.5, "GlobalAveragePool": 0.25, "ReorderInput": 0.25,
+                      "ReorderOutput": 0.25, "SomethingNew": 0.1}, lp._ORT)
+    assert ours["convolution"] == 9.0 and ours["elementwise"] == 0.75 and ours["pooling"] == 0.25
+    assert ours["layout"] == 0.01 and ours["other"] == 0.02
+    assert ort["convolution"] == 5.0 and ort["elementwise"] == 1.5 and ort["layout"] == 0.5 and ort["other"] == 0.1
+    section = Section()
+    section.details["layer_profile"] = {"efficientnet_b0": {"static": ours, "onnxruntime": ort}}
+    table = real_models_layers_table(section)
+    assert table[0].startswith("| model | convolution |") and "attention" not in table[0]
+    assert "| `efficientnet_b0` | 9.00 / 5.00 |" in table[2]
