@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -60,7 +61,17 @@ class LatencyError(Exception):
 class LatencyServer:
     """A child process that loads models and runs them on request, timing each run itself: the C++
     `bench_latency_server` (static, dynamic), `benchmarks.python_latency_server` (python_eager, python_lite) or
-    a peer's server (onnxruntime, executorch)."""
+    a peer's server (onnxruntime, executorch).
+
+    Each runs alone: before a server is asked anything, every other live server is stopped (SIGSTOP) and it is
+    continued. Idle runtimes do not sit still: after a run, LibTorch's OpenMP workers spin for milliseconds and
+    ORT's pool spins for far longer, and on this 2-core machine a spinning thread of one process takes a core from
+    the next process's 2-thread run (MobileNetV3-Large, 2 threads, each run after an ORT run: static 24.4 ms, 4.5
+    alone, 15.1 with 250 ms between runs; ORT after ours with OpenMP's workers spinning: 8.0 ms, 2.8 otherwise).
+    A stopped process's threads do not run at all, so every runtime meets the machine as an app running only it
+    would."""
+
+    _live: list[LatencyServer] = []
 
     def __init__(self, command: list[str], threads: int) -> None:
         self._name = Path(command[-1]).name
@@ -68,9 +79,23 @@ class LatencyServer:
             [*command, "--threads", str(threads)], cwd=REPO_ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
         )  # fmt: skip
+        self._stopped = False
+        LatencyServer._live.append(self)
+
+    def _signal(self, stop: bool) -> None:
+        if self._stopped != stop and self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            self._stopped = stop
+
+    def _run_alone(self) -> None:
+        for server in LatencyServer._live:
+            if server is not self:
+                server._signal(stop=True)
+        self._signal(stop=False)
 
     def _ask(self, command: str) -> float:
         assert self._process.stdin and self._process.stdout
+        self._run_alone()
         try:
             self._process.stdin.write(command + "\n")
             self._process.stdin.flush()
@@ -91,6 +116,9 @@ class LatencyServer:
         return self._ask(f"run {key}")
 
     def close(self) -> None:
+        if self in LatencyServer._live:
+            LatencyServer._live.remove(self)
+        self._signal(stop=False)
         if self._process.poll() is None:
             assert self._process.stdin
             self._process.stdin.write("quit\n")
@@ -157,12 +185,6 @@ def load_runners(name: str, models_dir: Path, servers: dict[str, LatencyServer],
 
 ADJACENT = (("static", "static_plain", "dynamic"),)
 
-# A pause before every timed run (and burst), longer than any runtime's idle workers spin: after a parallel
-# region LibTorch's OpenMP workers (GNU libgomp, OMP_WAIT_POLICY unset) spin for a few milliseconds, and so does
-# ORT's thread pool, so on this 2-core machine a 2-thread run that follows another process's run lost a core to
-# it (measured, 15 rounds, 2 threads: MobileNetV3-Large static 15.2 -> 9.0 ms with the pause, ORT 5.1 -> 5.1;
-# EfficientNet-B0 static 20.8 -> 14.3, ORT 6.5 -> 6.9). An app runs one runtime, not six in turn.
-SETTLE_MS = 20.0
 
 
 def round_order(modes: list[str], rng: random.Random,
@@ -183,13 +205,8 @@ def round_order(modes: list[str], rng: random.Random,
 
 
 def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs: int, warmup: int, seed: int,
-                adjacent: tuple[tuple[str, ...], ...] = ADJACENT, settle_ms: float = SETTLE_MS) -> None:
+                adjacent: tuple[tuple[str, ...], ...] = ADJACENT) -> None:
     rng = random.Random(seed)
-
-    def settled(mode: str) -> float:
-        time.sleep(settle_ms / 1000.0)
-        return runners[mode]()
-
     modes = list(runners)
     for mode in list(modes):  # the first inference of each, already loaded, in a warm process
         try:
@@ -201,7 +218,7 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
         times: dict[str, float] = {}
         for mode in round_order(modes, rng, adjacent):
             try:
-                times[mode] = settled(mode)
+                times[mode] = runners[mode]()
             except Exception as error:
                 samples.failed[mode] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 modes.remove(mode)
@@ -216,8 +233,7 @@ def interleaved(runners: dict[str, Callable[[], float]], samples: Samples, runs:
     warm: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(BURST_ROUNDS):
         for mode in round_order(modes, rng, adjacent):
-            burst = [settled(mode)] + [runners[mode]() for _ in range(BURST_LENGTH - 1)]
-            warm[mode] += burst[1:]  # each burst's first run dropped
+            warm[mode] += [runners[mode]() for _ in range(BURST_LENGTH)][1:]
     samples.warm_burst_ms = {mode: statistics.median(times) for mode, times in warm.items()}
 
 

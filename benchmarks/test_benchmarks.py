@@ -479,3 +479,25 @@ def test_layer_profiles_sum_each_runtimes_operators_into_the_same_kinds_of_layer
     table = real_models_layers_table(section)
     assert table[0].startswith("| model | convolution |") and "attention" not in table[0]
     assert "| `efficientnet_b0` | 9.00 / 5.00 |" in table[2]
+
+
+def test_a_latency_server_runs_alone_the_others_stopped_meanwhile(tmp_path: Path) -> None:
+    from benchmarks.latency import LatencyServer
+
+    echo = tmp_path / "echo_server.py"
+    echo.write_text("import sys\nfor line in sys.stdin:\n    if line.startswith('quit'):\n        break\n"
+                    "    print('ok 1.0', flush=True)\n")
+
+    def state(server: LatencyServer) -> str:  # /proc/PID/stat's third field: T when stopped
+        return Path(f"/proc/{server._process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    first, second = LatencyServer([sys.executable, str(echo)], 1), LatencyServer([sys.executable, str(echo)], 1)
+    try:
+        assert first.run("a") == 1.0
+        assert state(second) == "T" and state(first) != "T"
+        assert second.run("b") == 1.0
+        assert state(first) == "T" and state(second) != "T"
+    finally:
+        first.close()
+        second.close()
+    assert first._process.returncode == 0 and second._process.returncode == 0
