@@ -63,6 +63,10 @@ class Specialization {
   bool has_sites() const {
     return !sites_.empty();
   }
+  // Whether no call site was re-bound: no site, folded call or layout kernel.
+  bool rebinds_nothing() const {
+    return sites_.empty() && folded_.empty() && layouts_.empty();
+  }
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
   bool may_return_channels_last() const {
     return returns_channels_last_;

@@ -38,6 +38,9 @@ Stage::~Stage() {
 }
 
 c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inputs) const {
+  if (!freezing_.applied && specialization_->rebinds_nothing()) {
+    return run_(method, std::move(inputs)); // the model as bound: nothing to do around the run
+  }
   const bool stock_inputs = inputs_are_stock_layout(inputs);
   set_run_inputs_stock_layout(stock_inputs);
   const bool restore = specialization_->may_return_channels_last() && stock_inputs;
