@@ -63,14 +63,34 @@ def by_kind(ms_per_op: dict[str, float], names: dict[str, set[str]]) -> dict[str
     return totals
 
 
-def ours(predictor: Path, model: Path, inputs: Path, runs: int) -> dict[str, float]:
-    """--profile-ops per operator (ms per run), 1 thread, the bind-time stage on."""
+def profile_ops(predictor: Path, model: Path, inputs: Path, runs: int, *options: str) -> dict[str, float]:
+    """lite_predictor --profile-ops: ms per run of each operator, 1 thread (the bind-time stage on unless
+    `options` say --no-specialize)."""
     done = subprocess.run([str(predictor), str(model), "--input", str(inputs), "--threads", "1", "--iters", str(runs),
-                           "--profile-ops", "--json"], capture_output=True, text=True, timeout=600, check=False)
+                           "--profile-ops", "--json", *options], capture_output=True, text=True, timeout=600,
+                          check=False)
     if done.returncode not in (0, 1):  # 1: outputs differ, which the steady runs report
         raise RuntimeError(f"lite_predictor --profile-ops failed ({done.returncode}): {done.stderr.strip()[:300]}")
-    profile = json.loads(done.stdout)["op_profile"]
-    return by_kind({op["op"]: op["ms_per_run"] for op in profile["ops"]}, _OURS)
+    return {op["op"]: op["ms_per_run"] for op in json.loads(done.stdout)["op_profile"]["ops"]}
+
+
+def ours(predictor: Path, model: Path, inputs: Path, runs: int) -> dict[str, float]:
+    """--profile-ops per kind of layer (ms per run), 1 thread, the bind-time stage on."""
+    return by_kind(profile_ops(predictor, model, inputs, runs), _OURS)
+
+
+# Operators the stage compiles into partitions (their time with the stage is the partition's).
+COMPILED = ("aten::conv2d", "aten::linear")
+# Slower beyond noise: by more than a quarter, and by more than 0.05 ms per run (per-call timers at 1 thread
+# move by ~10% between runs; a few microseconds of a tiny operator are not a layout).
+SLOWER_RATIO, SLOWER_MS = 1.25, 0.05
+
+
+def slower_outside_partitions(stage: dict[str, float], no_stage: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Operators outside the compiled partitions that take longer with the stage than without it, beyond noise
+    (issue 21's item 3: no operator handed a layout it runs slowly on): {op: (with, without) ms per run}."""
+    return {op: (ms, no_stage[op]) for op, ms in stage.items()
+            if op not in COMPILED and op in no_stage and ms > no_stage[op] * SLOWER_RATIO and ms - no_stage[op] > SLOWER_MS}
 
 
 def onnxruntime(peers_python: Path, onnx: Path, inputs: Path, runs: int) -> dict[str, float]:

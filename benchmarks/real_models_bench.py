@@ -364,13 +364,23 @@ def record_layers(predictor: Path, peers_python: Path, models_dir: Path, name: s
         return
     runs = LAYER_PROFILE_RUNS.get(name, 20)
     inputs = models_dir / f"{name}.inputs.pt"
+    model = models_dir / f"{name}.ptl"
     try:
-        profiles = {"static": layer_profile.ours(predictor, models_dir / f"{name}.ptl", inputs, runs),
+        stage = layer_profile.profile_ops(predictor, model, inputs, runs)
+        no_stage = layer_profile.profile_ops(predictor, model, inputs, runs, "--no-specialize")
+        profiles = {"static": layer_profile.by_kind(stage, layer_profile._OURS),
                     "onnxruntime": layer_profile.onnxruntime(peers_python, onnx, inputs, runs)}
     except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
         section.skipped.append(f"real models {name}: no per-layer profile: {error}")
         return
     section.details.setdefault("layer_profile", {})[name] = profiles
+    slower = layer_profile.slower_outside_partitions(stage, no_stage)
+    section.details.setdefault("slower_outside_partitions", {})[name] = slower
+    listed = ", ".join(f"{op} {a:.3f} vs {b:.3f} ms/run" for op, (a, b) in slower.items())
+    section.targets.append(Target(
+        f"real models {name}: no operator outside a partition slower with the stage than without (item 3)",
+        not slower, listed or f"none beyond {layer_profile.SLOWER_RATIO}x and {layer_profile.SLOWER_MS} ms/run "
+                              "(--profile-ops, stage vs --no-specialize, 1 thread)"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,7 +92,8 @@ struct TensorShape {
 enum class ResultLayout {
   ChannelsLast, // it only feeds other sites (or permutes, in a model with no operator that minds layouts)
   Contiguous,   // it reaches other operators, and its input came channels_last from a site: the stock kernels
-                // would have had (and returned) a contiguous tensor
+                // would have had (and returned) a contiguous tensor, in a run given stock-layout inputs (in a
+                // run given channels_last ones, the input's layout, as the stock kernels carry it on)
   AsInput,      // it reaches other operators: as the kernels would lay it out from this input
 };
 
@@ -181,11 +182,22 @@ class SiteKernel {
   struct Prepared {
     TensorShape input;
     std::optional<TensorShape> residual;
+    bool stock_run = true; // prepared in a run given stock-layout inputs (a Contiguous result's layout depends on it)
     std::unique_ptr<OnednnPartition> partition; // null: this shape runs the generated kernels
-    bool matches(const at::Tensor& in, const at::Tensor* res) const {
-      return input.matches(in) && (res == nullptr || (residual && residual->matches(*res)));
+    bool matches(const at::Tensor& in, const at::Tensor* res, bool stock) const {
+      return input.matches(in) && (res == nullptr || (residual && residual->matches(*res))) && stock_run == stock;
     }
   };
+
+  // The layout the result is given: a Contiguous site's is the input's in a run whose caller gave channels_last
+  // inputs (the stock kernels then carry that layout on).
+  c10::MemoryFormat result_format(const at::Tensor& input) const {
+    if (layout_ == ResultLayout::ChannelsLast) {
+      return c10::MemoryFormat::ChannelsLast;
+    }
+    return layout_ == ResultLayout::Contiguous && run_inputs_stock_layout() ? c10::MemoryFormat::Contiguous
+                                                                            : input.suggest_memory_format();
+  }
 
   // A shape prepared already: its compiled partition, or the generated kernels.
   void run_prepared(const Prepared& prepared, const at::Tensor& input, const at::Tensor* residual,
@@ -223,7 +235,7 @@ class SiteKernel {
         link.post_ops[i](stack);
       }
     }
-    if (layout_ == ResultLayout::Contiguous && !stack.back().toTensor().is_contiguous()) {
+    if (layout_ == ResultLayout::Contiguous && run_inputs_stock_layout() && !stack.back().toTensor().is_contiguous()) {
       stack.back() = stack.back().toTensor().contiguous(); // given a site's channels_last result
     }
   }
@@ -232,7 +244,7 @@ class SiteKernel {
   // not prepared yet.
   const Prepared* find_prepared(const at::Tensor& input, const at::Tensor* residual) const {
     const Prepared* last = last_.load(std::memory_order_acquire);
-    if (last != nullptr && last->matches(input, residual)) {
+    if (last != nullptr && last->matches(input, residual, run_inputs_stock_layout())) {
       return last;
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -241,7 +253,7 @@ class SiteKernel {
 
   const Prepared* find_prepared_locked(const at::Tensor& input, const at::Tensor* residual) const {
     for (const auto& prepared : prepared_) {
-      if (prepared->matches(input, residual)) {
+      if (prepared->matches(input, residual, run_inputs_stock_layout())) {
         last_.store(prepared.get(), std::memory_order_release);
         return prepared.get();
       }
@@ -262,6 +274,7 @@ class SiteKernel {
     const auto start = std::chrono::steady_clock::now();
     auto prepared = std::make_unique<Prepared>();
     prepared->input = TensorShape::of(input);
+    prepared->stock_run = run_inputs_stock_layout();
     if (residual != nullptr) {
       prepared->residual = TensorShape::of(*residual);
     }
@@ -270,9 +283,7 @@ class SiteKernel {
     const at::Tensor residual_kept = residual != nullptr ? *residual : at::Tensor();
     const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
     std::string why_not;
-    const c10::MemoryFormat format = layout_ == ResultLayout::ChannelsLast ? c10::MemoryFormat::ChannelsLast
-                                     : layout_ == ResultLayout::Contiguous ? c10::MemoryFormat::Contiguous
-                                                                           : input.suggest_memory_format();
+    const c10::MemoryFormat format = result_format(input);
     at::Tensor got;
     const WrongWeights wrong_weights(chain_view_); // none, unless a test asks for them
     auto partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
@@ -641,11 +652,11 @@ std::shared_ptr<Specialization> specialize_call_sites(
       if (taken.count(pc) != 0 || given < 1) {
         continue;
       }
-      // Fed by a site whose result is channels_last (it only feeds sites and this pool): the pool's result is
-      // made contiguous, the layout the stock kernels would have given it.
-      const auto from = flow.any_layout_call_input.find(pc);
+      // Fed by a site whose result is channels_last (it, and what the pool computes, only reach sites and
+      // layout-following operations): the pool runs on it as it is and its result stays channels_last.
+      const auto from = flow.any_layout_call_origins.find(pc);
       const bool from_channels_last_site =
-          from != flow.any_layout_call_input.end() && from->second >= 0 && channels_last[static_cast<size_t>(from->second)];
+          from != flow.any_layout_call_origins.end() && any_channels_last(from->second, channels_last);
       auto kernel = std::make_shared<MaxPoolLayoutKernel>(
           code.operators_[inst.X], static_cast<size_t>(given), from_channels_last_site);
       rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });

@@ -54,8 +54,7 @@ void MaxPoolLayoutKernel::operator()(torch::jit::Stack& stack) const {
   const size_t input_at = stack.size() - inputs_;
   if (from_channels_last_site_ && is_channels_last_float_map(stack[input_at]) && run_inputs_stock_layout()) {
     ++channels_last_calls_;
-    generated_(stack);
-    stack.back() = stack.back().toTensor().contiguous();
+    generated_(stack); // its result stays channels_last: only sites and layout-following operations see it
     return;
   }
   if (!is_contiguous_float_map(stack[input_at])) {

@@ -41,9 +41,10 @@ class LayoutKernelCounts {
 
 class MaxPoolLayoutKernel : public LayoutKernelCounts {
  public:
-  // `from_channels_last_site`: the input is a site's result that the stage gives channels_last, where the stock
-  // kernels give it contiguous (in a run given stock-layout inputs): a channels_last input is then run as it is
-  // and its result made contiguous.
+  // `from_channels_last_site`: the input is computed from a site's result that the stage gives channels_last, where
+  // the stock kernels give it contiguous (in a run given stock-layout inputs), and the pool's result, like that
+  // site's, reaches only other sites and layout-following operations (weight_sites.h): a channels_last input is
+  // then pooled as it is and its result left channels_last.
   MaxPoolLayoutKernel(std::function<void(torch::jit::Stack&)> generated, size_t inputs, bool from_channels_last_site)
       : generated_(std::move(generated)), inputs_(inputs), from_channels_last_site_(from_channels_last_site) {}
 

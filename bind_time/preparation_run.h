@@ -18,7 +18,8 @@ bool in_preparation_run();
 
 // Whether the caller's run on this thread was given inputs in the stock layout (no channels_last 4-d tensor):
 // then the stock kernels return contiguous maps, and a kernel fed a channels_last site result gives its own result
-// back contiguous. Set by Stage::serve for each run; true where no caller's run set it (a preparation run).
+// back contiguous. Set by Stage::serve for each run, and by a background preparation run from the inputs it
+// repeats; true where nothing set it.
 void set_run_inputs_stock_layout(bool stock);
 bool run_inputs_stock_layout();
 

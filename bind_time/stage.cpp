@@ -27,6 +27,7 @@ std::unique_ptr<Stage> Stage::offer(
     stage->preparer_ = std::make_unique<BackgroundPreparer>(
         [run = stage->run_](const std::string& method, std::vector<c10::IValue> inputs) {
           c10::InferenceMode inference_mode;
+          set_run_inputs_stock_layout(inputs_are_stock_layout(inputs)); // the layouts the caller's run had
           run(method, std::move(inputs));
         });
   }

@@ -515,14 +515,14 @@ class SiteValueTracker {
       values_.push(conv->second);
       return true;
     }
-    if (any_layout_calls_.count(pc) != 0 && !inputs.empty() && inputs[0] < sites_) {
-      // Its first argument in any layout: a use like a site's. The rest are its parameters.
-      use_by_site(inputs[0], -1);
-      flow_.any_layout_call_input[pc] = inputs[0];
+    if (any_layout_calls_.count(pc) != 0 && !inputs.empty()) {
+      // Its first argument in any layout, its result in that layout and traced on; the rest are its parameters.
+      use_by_following_call(inputs[0]);
+      flow_.any_layout_call_origins[pc] = origins(inputs[0]);
       for (size_t i = 1; i < inputs.size(); ++i) {
         escape(inputs[i], name);
       }
-      values_.push(-1);
+      values_.push(derived_from({inputs[0]}));
       return true;
     }
     if (const auto post = post_op_at_.find(pc); post != post_op_at_.end()) {

@@ -116,9 +116,9 @@ struct SiteDataflow {
   std::vector<bool> escapes_only_to_layout_free_ops;
   // Per site: the site whose input its result is, when that is its only use; or -1.
   std::vector<int> sole_consumer;
-  // Per call given as taking any layout (`any_layout_calls`): the site whose result is its input, or -1. Such a
-  // call counts as a site's use, like another site's.
-  std::map<size_t, int> any_layout_call_input;
+  // Per call given as taking any layout (`any_layout_calls`) reached: the sites its input is computed from. Its
+  // result is traced on like a layout-following operation's.
+  std::map<size_t, std::vector<int>> any_layout_call_origins;
   // Per site: the sites its input is computed from, directly or through layout-following operations (below);
   // per site with a fused add, likewise for the tensor it adds. Empty: no site's result.
   std::vector<std::vector<int>> input_origins, residual_origins;
@@ -135,8 +135,8 @@ struct SiteDataflow {
 bool is_layout_following(const std::string& op_name, int given_arguments);
 
 // `writes_nothing`: no instruction of the function may write a tensor (a result may then escape channels_last).
-// `any_layout_calls`: OP instructions whose kernels take their first argument in any layout and return the stock
-// layout (pooling_layout.h's max_pool2d). `checked_layout_calls`: OP instructions whose kernels take their first
+// `any_layout_calls`: OP instructions whose kernels take their first argument in any layout, compute the same values
+// bit for bit in any layout and return their result in the input's layout (pooling_layout.h's max_pool2d). `checked_layout_calls`: OP instructions whose kernels take their first
 // argument in any layout and keep a channels_last one only where their result agrees with the stock layout's
 // (pooling_layout.h's adaptive_avg_pool2d); their results are traced like a layout-following operation's.
 SiteDataflow trace_site_results(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,

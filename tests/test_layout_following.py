@@ -59,7 +59,7 @@ class ResidualBlock(torch.nn.Module):
         super().__init__()
         self.conv1 = torch.nn.Conv2d(32, 32, 3, padding=1)
         self.conv2 = torch.nn.Conv2d(32, 32, 3, padding=1)
-        self.head = torch.nn.Conv2d(32, 8, 1)
+        self.head = torch.nn.Conv2d(32, 32, 3, padding=1)  # above the multiply-adds the stage races
         self.returns = returns
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -142,3 +142,21 @@ def test_a_squeeze_excitation_block_keeps_the_depthwise_result_channels_last(pre
     check_new_values(predictor, model, module, tmp_path)
     off = run(predictor, model, tmp_path / "off.pt", "--no-specialize")
     assert off["layout_calls"] == []
+
+
+@pytest.mark.parametrize("returns", ["sum", "conv"])
+def test_a_callers_channels_last_input_gives_the_stock_layouts_back(
+    returns: str, predictor: Path, tmp_path: Path
+) -> None:
+    # Given channels_last inputs, the stock kernels carry that layout through: a site whose result reaches what
+    # the model returns must then give it channels_last too, though with stock inputs it would be contiguous.
+    module = ResidualBlock(returns).eval()
+    x = block_input(0).contiguous(memory_format=torch.channels_last)
+    model = save_frozen(module, [x], tmp_path / "block.ptl")
+    on = run(predictor, model, tmp_path / "on.pt")
+    off = run(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
+    assert a.stride() == b.stride() and b.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert all(site["specialized_calls"] > 0 for site in on["specialized_sites"]), on["specialized_sites"]
+    assert off["specialized_sites"] == []
