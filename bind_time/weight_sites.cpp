@@ -324,8 +324,6 @@ class SiteValueTracker {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_origins.assign(sites.size(), {});
     flow_.residual_origins.assign(sites.size(), {});
-    flow_.input_from_site.assign(sites.size(), -1);
-    flow_.residual_from_site.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
     uses_.assign(sites.size(), 0);
     seen_elsewhere_.assign(sites.size(), false);
@@ -510,7 +508,6 @@ class SiteValueTracker {
     const std::vector<int> inputs = values_.pop(static_cast<size_t>(given));
     if (const auto conv = conv_at_.find(pc); conv != conv_at_.end()) {
       use_by_site(inputs.at(0), conv->second);
-      flow_.input_from_site[conv->second] = inputs.at(0) < sites_ ? inputs.at(0) : -1;
       flow_.input_origins[conv->second] = origins(inputs.at(0));
       values_.push(conv->second);
       return true;
@@ -531,7 +528,6 @@ class SiteValueTracker {
       const auto [site, op] = post->second;
       if (op == PostOp::Add && !inputs.empty()) {
         use_by_site(inputs[0], -1);
-        flow_.residual_from_site[site] = inputs[0] < sites_ ? inputs[0] : -1;
         flow_.residual_origins[site] = origins(inputs[0]);
       }
       values_.push(site);

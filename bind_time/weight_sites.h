@@ -105,10 +105,6 @@ struct SiteDataflow {
   // directly or through layout-following operations and layout-checked calls whose results only go there too.
   // Such a result may be channels_last: no other operator, and not the model's caller, ever sees it.
   std::vector<bool> feeds_only_sites;
-  // Per site: the site whose result is its input, or -1 (a model input, another operator's result, unknown).
-  std::vector<int> input_from_site;
-  // Per site with a fused add: the site whose result is the tensor it adds, or -1.
-  std::vector<int> residual_from_site;
   // Per site: every other use of its result is by an operator that takes a channels_last tensor for less than it
   // saves (permute, reshape: a detection head rearranging its maps; aten::append, a head collecting them), in a
   // function where nothing writes a tensor: what those results reach is not traced, and a reshape or flatten of
