@@ -8,6 +8,7 @@
 #include <runtime/tensor_tree.h>
 
 #include <ATen/core/stack.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
 
@@ -18,7 +19,9 @@
 #include <cstdlib>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 namespace lightweight_dispatch {
 
@@ -121,16 +124,18 @@ struct ChainLink {
 };
 
 // The operator a specialised conv2d site (or chain of sites) is re-bound to: the call instruction of its last
-// conv2d. Its stack holds what that generated conv2d kernel would pop (the chain's input, passed through by the
-// earlier sites' instructions, and the last site's constants) and, for a fused add, the tensor added beneath.
+// conv2d, or that site's residual add where the residual comes from a register after the call
+// (WeightSite::runs_at_add). At the call, its stack holds what that generated conv2d kernel would pop (the chain's
+// input, passed through by the earlier sites' instructions, and the last site's constants) and, for a fused add,
+// the residual beneath; at the add, only the chain's input and the residual, in the order the add takes them.
 class SiteKernel {
  public:
   // `prepare_on_first_call`: a call meeting a new shape compiles for it; otherwise only a preparation run does
   // (background_preparation.h), and other calls run the generated kernels until it has.
   // `note`: why it is not one kernel with the site that follows, or "".
   SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note)
-      : chain_(std::move(chain)), call_arguments_(1 + chain_.back().site.conv_arguments.size()), layout_(layout),
-        prepare_on_first_call_(prepare_on_first_call) {
+      : chain_(std::move(chain)), frame_(frame_of(chain_.back().site)), runs_at_add_(chain_.back().site.runs_at_add()),
+        layout_(layout), prepare_on_first_call_(prepare_on_first_call) {
     if (!note.empty()) {
       notes_.push_back(note);
     }
@@ -140,9 +145,19 @@ class SiteKernel {
   }
 
   void operator()(torch::jit::Stack& stack) const {
-    const c10::IValue& input_value = stack[stack.size() - call_arguments_];
+    // Bound to a residual add's instruction, the kernel computes the conv before it: per-operator profiles
+    // (lite_predictor --profile-ops) count its time as the conv's.
+    std::optional<at::RecordFunction> as_the_conv;
+    if (runs_at_add_) {
+      as_the_conv.emplace(at::RecordScope::LITE_INTERPRETER);
+      if (as_the_conv->isActive()) {
+        as_the_conv->before(std::string_view(chain_.back().site.op_name()), c10::ArrayRef<const c10::IValue>{});
+      }
+    }
+    const size_t start = stack.size() - frame_.size;
+    const c10::IValue& input_value = stack[start + frame_.input];
     const bool adds = chain_.back().site.adds();
-    const c10::IValue* residual_value = adds ? &stack[stack.size() - call_arguments_ - 1] : nullptr;
+    const c10::IValue* residual_value = adds ? &stack[start + frame_.residual] : nullptr;
     if (!input_value.isTensor() || (adds && !residual_value->isTensor())) {
       run_generated(stack);
       return;
@@ -179,6 +194,46 @@ class SiteKernel {
   }
 
  private:
+  // Where the kernel's values lie on the stack when it runs: the last `size` values, the input and the residual
+  // (if it adds one) at these offsets among them, the rest the last site's constants.
+  struct Frame {
+    size_t size = 0;
+    size_t input = 0;
+    size_t residual = 0;
+    bool residual_on_top = false; // the generated path pushes it again just before the add
+  };
+
+  // Whether the last site's add writes its residual in place (its generated path changes that tensor).
+  bool writes_residual() const {
+    const FusedPostOp* add = chain_.back().site.residual_add();
+    return add != nullptr && add->writes_residual;
+  }
+
+  // `arguments` (a kernel frame) for one more run of the generated kernels: the residual copied where they write it.
+  torch::jit::Stack fresh_copy(const torch::jit::Stack& arguments) const {
+    torch::jit::Stack copy = arguments;
+    if (writes_residual()) {
+      copy[frame_.residual] = copy[frame_.residual].toTensor().clone();
+    }
+    return copy;
+  }
+
+  static Frame frame_of(const WeightSite& last) {
+    const FusedPostOp* add = last.residual_add();
+    if (add == nullptr) {
+      return {1 + last.conv_arguments.size(), 0, 0, false};
+    }
+    switch (add->residual_push) {
+      case ResidualPush::BeforeCall:
+        return {2 + last.conv_arguments.size(), 1, 0, false};
+      case ResidualPush::AfterCall:
+        return {2, 0, 1, true};
+      case ResidualPush::UnderResult:
+        return {2, 1, 0, false};
+    }
+    return {};
+  }
+
   struct Prepared {
     TensorShape input;
     std::optional<TensorShape> residual;
@@ -207,7 +262,7 @@ class SiteKernel {
       return;
     }
     at::Tensor result = prepared.partition->run(input, residual);
-    torch::jit::drop(stack, call_arguments_ + (residual != nullptr ? 1 : 0));
+    torch::jit::drop(stack, frame_.size);
     torch::jit::push(stack, std::move(result));
     if (!in_preparation_run()) { // the caller's calls only
       specialized_calls_.fetch_add(1, std::memory_order_relaxed);
@@ -223,15 +278,23 @@ class SiteKernel {
   }
 
   // Each site's generated conv2d and post-op in turn, on the chain's input: the same calls with the same
-  // constants as the sites' own instructions would make.
+  // constants and operands, in the same order, as the sites' own instructions would make.
   void run_generated_kernels(torch::jit::Stack& stack) const {
-    torch::jit::drop(stack, call_arguments_ - 1); // the last site's constants, pushed again below
+    std::optional<c10::IValue> residual_on_top;
+    if (frame_.residual_on_top) {
+      residual_on_top = torch::jit::pop(stack); // pushed again for the add, as its instruction found it
+    }
+    // The last site's constants, pushed again below (at its add, the call already dropped them).
+    torch::jit::drop(stack, frame_.size - 1 - (chain_.back().site.adds() ? 1 : 0));
     for (const ChainLink& link : chain_) {
       stack.insert(stack.end(), link.site.conv_arguments.begin(), link.site.conv_arguments.end());
       link.conv(stack);
       for (size_t i = 0; i < link.post_ops.size(); ++i) {
-        const std::vector<c10::IValue>& constants = link.site.post_ops[i].arguments;
-        stack.insert(stack.end(), constants.begin(), constants.end());
+        const FusedPostOp& post_op = link.site.post_ops[i];
+        if (post_op.op == PostOp::Add && residual_on_top) {
+          torch::jit::push(stack, *residual_on_top);
+        }
+        stack.insert(stack.end(), post_op.arguments.begin(), post_op.arguments.end());
         link.post_ops[i](stack);
       }
     }
@@ -278,17 +341,21 @@ class SiteKernel {
     if (residual != nullptr) {
       prepared->residual = TensorShape::of(*residual);
     }
-    // The generated kernels pop these from the stack: keep them for the check.
+    // The generated kernels pop these from the stack: keep them for the check. An add that writes its residual
+    // changes the caller's tensor on the generated path: the checks and races run on copies of it as it was.
     const at::Tensor input_kept = input;
-    const at::Tensor residual_kept = residual != nullptr ? *residual : at::Tensor();
+    const at::Tensor residual_kept =
+        residual == nullptr ? at::Tensor() : (writes_residual() ? residual->clone() : *residual);
     const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
     std::string why_not;
     const c10::MemoryFormat format = result_format(input);
     at::Tensor got;
     const WrongWeights wrong_weights(chain_view_); // none, unless a test asks for them
     auto partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
-    const torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(call_arguments_ + (residual ? 1 : 0)),
-        stack.end());
+    torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(frame_.size), stack.end());
+    if (residual != nullptr) {
+      arguments[frame_.residual] = residual_kept;
+    }
     run_generated(stack); // the reference, and the result if the partition is not kept
     if (partition && !agrees_on_a_probe(*partition, arguments, input_kept, residual_arg)) {
       why_not = "its result on a probe input (seeded random values at this shape) differed from the generated "
@@ -307,7 +374,7 @@ class SiteKernel {
         prepared->partition = std::move(partition);
       } else {
         why_not = "its result differed from the generated kernels' beyond 1e-5";
-        torch::jit::Stack again = arguments;
+        torch::jit::Stack again = fresh_copy(arguments);
         run_generated_kernels(again);
         stack.back() = std::move(again.back());
       }
@@ -331,10 +398,10 @@ class SiteKernel {
     at::Tensor probe_residual;
     if (residual != nullptr) {
       probe_residual = probe_like(*residual, 1);
-      probe_arguments[0] = probe_residual;
+      probe_arguments[frame_.residual] = probe_residual;
     }
     const at::Tensor probe = probe_like(input);
-    probe_arguments[residual != nullptr ? 1 : 0] = probe;
+    probe_arguments[frame_.input] = probe;
     const at::Tensor compiled = partition.run(probe, residual != nullptr ? &probe_residual : nullptr);
     run_generated_kernels(probe_arguments);
     at::Tensor expected = probe_arguments.back().toTensor();
@@ -351,7 +418,7 @@ class SiteKernel {
       auto start = std::chrono::steady_clock::now();
       partition.run(input, residual);
       compiled = std::min(compiled, ms_since(start));
-      torch::jit::Stack stack = arguments;
+      torch::jit::Stack stack = fresh_copy(arguments);
       start = std::chrono::steady_clock::now();
       run_generated_kernels(stack);
       generated = std::min(generated, ms_since(start));
@@ -379,7 +446,8 @@ class SiteKernel {
 
   std::vector<ChainLink> chain_;
   SiteChain chain_view_; // into chain_
-  size_t call_arguments_; // what the call instruction gives: the input and the last site's constants
+  Frame frame_;
+  bool runs_at_add_;
   ResultLayout layout_;
   bool prepare_on_first_call_;
   mutable std::mutex mutex_;
@@ -495,15 +563,41 @@ bool writes_nothing(const torch::jit::mobile::Code& code, const std::vector<Weig
   return true;
 }
 
+// The sites' dataflow, once every fused add that writes its residual in place is proven to write a tensor nothing
+// else sees (SiteDataflow::residual_dies_at_add); a site whose add is not keeps only the post-ops before it, and
+// the trace runs again on what is left.
+SiteDataflow trace_until_residual_writes_proven(const torch::jit::mobile::Code& code, std::vector<WeightSite>& sites,
+    const ReturnCount& returns_of, const OperatorSchema& schema_of, const std::set<size_t>& any_layout_calls,
+    const std::set<size_t>& checked_layout_calls) {
+  while (true) {
+    SiteDataflow flow = trace_site_results(
+        code, sites, returns_of, writes_nothing(code, sites, schema_of), any_layout_calls, checked_layout_calls);
+    bool dropped = false;
+    for (size_t i = 0; i < sites.size(); ++i) {
+      const FusedPostOp* add = sites[i].residual_add();
+      if (add != nullptr && add->writes_residual && !flow.residual_dies_at_add[i]) {
+        auto& post_ops = sites[i].post_ops;
+        post_ops.erase(post_ops.begin() + (add - post_ops.data()), post_ops.end());
+        dropped = true;
+      }
+    }
+    if (!dropped) {
+      return flow;
+    }
+  }
+}
+
 // Why the 1x1 conv's input may change between its call and the depthwise conv's, or "" if nothing can change it:
-// run as one kernel, the pair reads that input at the depthwise conv's call. Only constants, moves and operators
-// that write nothing may lie between (the 1x1 conv's own fused post-op writes its result, not its input).
+// run as one kernel, the pair reads that input at the depthwise conv's kernel instruction (its call, or its add).
+// Only constants, moves and operators that write nothing may lie between (the sites' own fused post-ops write
+// their results, not that input).
 std::string why_pair_input_may_change(const torch::jit::mobile::Code& code, const WeightSite& first,
     const WeightSite& second, const OperatorSchema& schema_of) {
   using torch::jit::OpCode;
-  for (size_t pc = first.conv_instruction + 1; pc < second.conv_instruction; ++pc) {
+  for (size_t pc = first.conv_instruction + 1; pc < second.kernel_instruction(); ++pc) {
     const auto fused_at_pc = [pc](const FusedPostOp& post_op) { return post_op.instruction == pc; };
-    if (std::any_of(first.post_ops.begin(), first.post_ops.end(), fused_at_pc)) {
+    if (std::any_of(first.post_ops.begin(), first.post_ops.end(), fused_at_pc) ||
+        std::any_of(second.post_ops.begin(), second.post_ops.end(), fused_at_pc) || pc == second.conv_instruction) {
       continue;
     }
     const OpCode op = code.instructions_[pc].op;
@@ -607,7 +701,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
     // Before any instruction is re-bound.
     const std::vector<size_t> max_pools = find_max_pool_calls(code);
     const std::vector<size_t> average_pools = find_adaptive_avg_pool_calls(code);
-    const SiteDataflow flow = trace_site_results(code, sites, returns_of, writes_nothing(code, sites, schema_of),
+    const SiteDataflow flow = trace_until_residual_writes_proven(code, sites, returns_of, schema_of,
         std::set<size_t>(max_pools.begin(), max_pools.end()),
         std::set<size_t>(average_pools.begin(), average_pools.end()));
     std::vector<bool> channels_last(sites.size(), false); // per site, as laid out so far
@@ -627,13 +721,17 @@ std::shared_ptr<Specialization> specialize_call_sites(
         link.conv = code.operators_[code.instructions_[site.conv_instruction].X];
         entry.report.fused.push_back(site.op_name());
         entry.report.fused_instructions.push_back(site.conv_instruction);
+        const size_t kernel_pc = site.kernel_instruction();
         for (const FusedPostOp& post_op : site.post_ops) {
           link.post_ops.push_back(code.operators_[code.instructions_[post_op.instruction].X]);
           entry.report.fused.push_back(post_op.operator_name);
           entry.report.fused_instructions.push_back(post_op.instruction);
-          absorb_instruction(code, post_op.instruction, post_op.arguments.size());
+          if (post_op.instruction != kernel_pc || index != chain.back()) {
+            absorb_instruction(code, post_op.instruction, post_op.arguments.size());
+          }
         }
-        if (index != chain.back()) { // an earlier site passes its input on to the last one's call
+        // An earlier site passes its input on to the last one's call; so does a call whose kernel runs at its add.
+        if (index != chain.back() || kernel_pc != site.conv_instruction) {
           absorb_instruction(code, site.conv_instruction, site.conv_arguments.size());
         }
         link.site = std::move(site);
@@ -641,7 +739,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
       }
       entry.report.runs = runs_description(entry.report.fused);
       taken.insert(entry.report.fused_instructions.begin(), entry.report.fused_instructions.end());
-      const size_t call_pc = links.back().site.conv_instruction;
+      const size_t call_pc = links.back().site.kernel_instruction();
       entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call, found.note);
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));

@@ -149,11 +149,55 @@ std::optional<ElementwiseOp> elementwise_post_op(const std::string& op) {
   return found == by_name.end() ? std::nullopt : std::optional<ElementwiseOp>(found->second);
 }
 
+// Whether `inst` calls add.Tensor or add_.Tensor with alpha left at 1 (two arguments given).
+bool is_residual_add(const torch::jit::mobile::Code& code, const Instruction& inst) {
+  const std::string op = operator_at(code, inst);
+  return (op == "aten::add.Tensor" || op == "aten::add_.Tensor") && pushed_arguments(code, inst, 3) == 2;
+}
+
+bool pushes_register(const Instruction& inst) {
+  return inst.op == opcode::LOAD || inst.op == opcode::MOVE;
+}
+
+// A residual add at `at` whose other operand comes from a register, or nullopt:
+//   LOAD/MOVE r; add(result, r)                     (ResidualPush::AfterCall)
+//   STORE t; LOAD/MOVE r; MOVE t; add(r, result)     (ResidualPush::UnderResult; t only holds the result meanwhile)
+// No operator runs in between, so the call may as well run at the add, on the same input.
+std::optional<FusedPostOp> register_residual_add_at(const torch::jit::mobile::Code& code, size_t at) {
+  const auto& instructions = code.instructions_;
+  auto add_at = [&](size_t pc, ResidualPush push) -> std::optional<FusedPostOp> {
+    if (pc >= instructions.size() || !is_residual_add(code, instructions[pc])) {
+      return std::nullopt;
+    }
+    FusedPostOp fused;
+    fused.op = PostOp::Add;
+    fused.instruction = pc;
+    fused.operator_name = operator_at(code, instructions[pc]);
+    fused.residual_push = push;
+    // add_(result, r) writes the site's own fresh result, which only the add sees; add_(r, result) writes r.
+    fused.writes_residual = push == ResidualPush::UnderResult && fused.operator_name == "aten::add_.Tensor";
+    return fused;
+  };
+  if (at < instructions.size() && pushes_register(instructions[at])) {
+    return add_at(at + 1, ResidualPush::AfterCall);
+  }
+  if (at + 2 < instructions.size() && instructions[at].op == opcode::STORE && pushes_register(instructions[at + 1]) &&
+      instructions[at + 2].op == opcode::MOVE && instructions[at + 2].X == instructions[at].X &&
+      instructions[at + 1].X != instructions[at].X) {
+    return add_at(at + 3, ResidualPush::UnderResult);
+  }
+  return std::nullopt;
+}
+
 // The operation at instruction `at` fused onto the value on top of the stack (the site's result so far), or
 // nullopt: an elementwise operator of that value alone, its other arguments constants pushed right before it
-// (hardtanh's bounds, gelu's approximate 'none'), or add.Tensor(beneath, it) with alpha left at 1.
+// (hardtanh's bounds, gelu's approximate 'none'), or a residual add with alpha left at 1: add(beneath, it),
+// add_(beneath, it), or one whose other operand comes from a register (register_residual_add_at).
 std::optional<FusedPostOp> post_op_at(const torch::jit::mobile::Code& code, size_t at) {
   const auto& instructions = code.instructions_;
+  if (std::optional<FusedPostOp> from_register = register_residual_add_at(code, at)) {
+    return from_register;
+  }
   // At most two constants come before the operator: try each count.
   for (size_t constants = 0; constants <= 2 && at + constants < instructions.size(); ++constants) {
     const Instruction& call = instructions[at + constants];
@@ -174,11 +218,13 @@ std::optional<FusedPostOp> post_op_at(const torch::jit::mobile::Code& code, size
       }
       fused.arguments.push_back(*constant);
     }
-    if (op == "aten::add.Tensor") {
-      if (constants != 0 || pushed_arguments(code, call, 3) != 2) {
+    if (op == "aten::add.Tensor" || op == "aten::add_.Tensor") {
+      if (constants != 0 || !is_residual_add(code, call)) {
         return std::nullopt;
       }
       fused.op = PostOp::Add;
+      fused.residual_push = ResidualPush::BeforeCall;
+      fused.writes_residual = op == "aten::add_.Tensor"; // add_(beneath, result)
       return fused;
     }
     const std::optional<ElementwiseOp> kind = elementwise_post_op(op);
@@ -242,7 +288,22 @@ const char* post_op_name(PostOp op) {
 }
 
 bool WeightSite::adds() const {
-  return std::any_of(post_ops.begin(), post_ops.end(), [](const FusedPostOp& p) { return p.op == PostOp::Add; });
+  return residual_add() != nullptr;
+}
+
+const FusedPostOp* WeightSite::residual_add() const {
+  const auto found =
+      std::find_if(post_ops.begin(), post_ops.end(), [](const FusedPostOp& p) { return p.op == PostOp::Add; });
+  return found == post_ops.end() ? nullptr : &*found;
+}
+
+bool WeightSite::runs_at_add() const {
+  const FusedPostOp* add = residual_add();
+  return add != nullptr && add->residual_push != ResidualPush::BeforeCall;
+}
+
+size_t WeightSite::kernel_instruction() const {
+  return runs_at_add() ? residual_add()->instruction : conv_instruction;
 }
 
 bool WeightSite::only_clamping_post_ops() const {
@@ -324,6 +385,8 @@ class SiteValueTracker {
     flow_.feeds_only_sites.assign(sites.size(), false);
     flow_.input_origins.assign(sites.size(), {});
     flow_.residual_origins.assign(sites.size(), {});
+    flow_.residual_dies_at_add.assign(sites.size(), false);
+    written_residual_.assign(sites.size(), -1);
     flow_.sole_consumer.assign(sites.size(), -1);
     uses_.assign(sites.size(), 0);
     seen_elsewhere_.assign(sites.size(), false);
@@ -332,7 +395,7 @@ class SiteValueTracker {
     for (size_t i = 0; i < sites.size(); ++i) {
       conv_at_[sites[i].conv_instruction] = static_cast<int>(i);
       for (const FusedPostOp& fused : sites[i].post_ops) {
-        post_op_at_[fused.instruction] = {static_cast<int>(i), fused.op};
+        post_op_at_[fused.instruction] = {static_cast<int>(i), &fused};
       }
     }
   }
@@ -363,6 +426,9 @@ class SiteValueTracker {
       if (seen_elsewhere_[i] || uses_[i] != 1) {
         flow_.sole_consumer[i] = -1;
       }
+      const int written = written_residual_[i];
+      flow_.residual_dies_at_add[i] =
+          written >= 0 && written < sites_ && uses_[written] == 1 && !seen_elsewhere_[written];
     }
     return std::move(flow_);
   }
@@ -523,12 +589,17 @@ class SiteValueTracker {
       return true;
     }
     if (const auto post = post_op_at_.find(pc); post != post_op_at_.end()) {
-      // A fused operation: its result is the site's. A fused add's other operand (beneath) is the site's too; an
-      // elementwise operation's other arguments are constants.
-      const auto [site, op] = post->second;
-      if (op == PostOp::Add && !inputs.empty()) {
-        use_by_site(inputs[0], -1);
-        flow_.residual_origins[site] = origins(inputs[0]);
+      // A fused operation: its result is the site's. A fused add's other operand (the residual: beneath, or on top
+      // where it came from a register after the call) is the site's too; an elementwise operation's other
+      // arguments are constants.
+      const auto [site, fused] = post->second;
+      if (fused->op == PostOp::Add && inputs.size() == 2) {
+        const int residual = fused->residual_push == ResidualPush::AfterCall ? inputs[1] : inputs[0];
+        use_by_site(residual, -1);
+        flow_.residual_origins[site] = origins(residual);
+        if (fused->writes_residual) {
+          written_residual_[site] = residual;
+        }
       }
       values_.push(site);
       return true;
@@ -571,7 +642,8 @@ class SiteValueTracker {
   SymbolicStack values_; // each value: the site that produced it, a value computed from sites (derived_), or -1
   RaisingBlockPassage raising_block_;
   std::map<size_t, int> conv_at_;
-  std::map<size_t, std::pair<int, PostOp>> post_op_at_; // a fused operation's instruction: its site, what it is
+  std::map<size_t, std::pair<int, const FusedPostOp*>> post_op_at_; // a fused operation's instruction: its site, it
+  std::vector<int> written_residual_; // per site whose fused add writes its residual: that value, or -1
   std::set<int> used_;
   std::vector<int> uses_;              // uses by sites
   std::vector<bool> seen_elsewhere_;   // used by anything but a site, a size query included

@@ -2,9 +2,9 @@
 //
 // A frozen model pushes every conv2d (linear) argument but the input with LOADC just before the call, so the
 // weight, bias, stride, padding, dilation and groups are known at load. When the instructions right after the
-// call consume its result at once (an activation on it, relu_, silu_, hardswish_, gelu..., or add.Tensor of it onto
-// the value beneath, or several of these in a row), those operations can run inside the same kernel: nothing else
-// can see the intermediate values.
+// call consume its result at once (an activation on it, relu_, silu_, hardswish_, gelu..., or a residual add of it
+// and a tensor pushed before the call or from a register right after it, or several of these in a row), those
+// operations can run inside the same kernel: nothing else can see the intermediate values.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,7 +35,21 @@ enum class PostOp {
   Hardswish, // aten::hardswish / hardswish_ (MobileNetV3's activation)
   Tanh,      // aten::tanh / tanh_
   Gelu,      // aten::gelu / gelu_ with approximate 'none' (the erf form; a transformer's feed-forward)
-  Add,       // aten::add.Tensor(beneath, result), alpha 1: a residual connection
+  Add,       // aten::add.Tensor / add_.Tensor of the result and another tensor, alpha 1: a residual connection
+};
+
+// How a fused residual add's other operand (the residual) reaches it, which decides where the site's kernel runs
+// and what it finds on the stack there.
+enum class ResidualPush {
+  // Pushed before the site's arguments, the add right after the call: add(residual, result). The kernel runs at
+  // the call, the residual beneath its input: [residual, input, constants...].
+  BeforeCall,
+  // Pushed by a LOAD or MOVE of a register right after the call: add(result, residual) (`out += identity`). The
+  // kernel runs at the add, the call only passing its input on: [input, residual].
+  AfterCall,
+  // The result stored to a register, the residual pushed from another, the result moved back: add(residual,
+  // result) (`out += self.downsample(x)`). The kernel runs at the add: [residual, input].
+  UnderResult,
 };
 
 const char* post_op_name(PostOp op);
@@ -49,6 +63,11 @@ struct FusedPostOp {
   // The constants pushed after the result (Hardtanh's bounds, gelu's 'none'): the instruction drops them once the
   // site ran it, and the generated path pushes them again.
   std::vector<c10::IValue> arguments;
+  // An Add's: where the residual comes from, and whether the add writes it in place (add_(residual, result): the
+  // residual's tensor is then the result, which is safe to compute into a new tensor only where nothing else ever
+  // sees the residual; SiteDataflow::residual_dies_at_add says).
+  ResidualPush residual_push = ResidualPush::BeforeCall;
+  bool writes_residual = false;
 };
 
 // One conv2d or linear call whose arguments after the input are bytecode constants.
@@ -69,8 +88,15 @@ struct WeightSite {
   // Add among them); empty if none.
   std::vector<FusedPostOp> post_ops;
 
-  // Whether a residual add is among the post-ops: the kernel then takes the value beneath its input too.
+  // Whether a residual add is among the post-ops: the kernel then takes the residual too.
   bool adds() const;
+  // The residual add among the post-ops, or null.
+  const FusedPostOp* residual_add() const;
+  // Whether the kernel runs at the residual add's instruction rather than at the call (ResidualPush::AfterCall
+  // and UnderResult), the call then only passing its input on.
+  bool runs_at_add() const;
+  // The instruction the site's kernel is bound to: its call's, or its residual add's.
+  size_t kernel_instruction() const;
   // Whether every post-op is a ReLU or a clamp (what oneDNN fuses into a 1x1 conv feeding a depthwise one).
   bool only_clamping_post_ops() const;
 };
@@ -118,6 +144,10 @@ struct SiteDataflow {
   // Per site: the sites its input is computed from, directly or through layout-following operations (below);
   // per site with a fused add, likewise for the tensor it adds. Empty: no site's result.
   std::vector<std::vector<int>> input_origins, residual_origins;
+  // Per site whose fused add writes its residual in place: whether that residual is another site's result that
+  // nothing else ever uses (the add its only use, no register keeps it), so that computing the sum into a new
+  // tensor instead cannot be seen. False for every other site.
+  std::vector<bool> residual_dies_at_add;
   // Per layout-checked call (`checked_layout_calls`) reached: the sites its input is computed from.
   std::map<size_t, std::vector<int>> checked_call_origins;
 };

@@ -62,14 +62,16 @@ options:
                      for --iters runs; report throughput and whether every output was identical
   --profile-ops      after the timed runs, run --iters more timing every operator call, and report
                      each operator's calls, time per run and share of the run (the report's timing
-                     line still comes from runs without the timer; operators are named without overload)
+                     line still comes from runs without the timer; operators are named without overload;
+                     a bind-time kernel run at the residual add after its conv counts as the conv)
   --in-process       run in this process; by default the work runs in a child process so that a
                      crash inside LibTorch on a damaged model is reported instead of killing us
   --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
                      the stock kernels' results). By default conv2d and linear sites with constant weights
                      (frozen models) run a oneDNN Graph kernel compiled on their first call per input
                      shape, with the activations that follow (relu, hardtanh, silu, sigmoid, hardswish,
-                     tanh, gelu) and a residual add fused in, and a 1x1 conv in one kernel with the
+                     tanh, gelu) and a residual add fused in (x + conv(x), or out += x where nothing
+                     else sees the tensor written), and a 1x1 conv in one kernel with the
                      depthwise conv it feeds; the report lists them
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
                      background (default): the first run runs the generated kernels, then the model runs

@@ -13,9 +13,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One call being timed. A call may time another inside it (the bind-time stage's kernel that runs at a residual
+// add times itself as the conv it computes): the inner call's time counts as its own, not the outer one's.
 struct CallStart : at::ObserverContext {
   Clock::time_point start = Clock::now();
+  CallStart* outer = nullptr;
+  double inner_ms = 0.0;
 };
+
+thread_local CallStart* innermost_call = nullptr;
 
 // The callbacks are plain functions (RecordFunction takes function pointers), so the totals live here.
 struct OpTotal {
@@ -35,16 +41,24 @@ Totals& totals() {
 }
 
 std::unique_ptr<at::ObserverContext> on_call_start(const at::RecordFunction&) {
-  return std::make_unique<CallStart>();
+  auto call = std::make_unique<CallStart>();
+  call->outer = innermost_call;
+  innermost_call = call.get();
+  return call;
 }
 
 void on_call_end(const at::RecordFunction& call, at::ObserverContext* context) {
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - static_cast<CallStart*>(context)->start).count();
+  auto* started = static_cast<CallStart*>(context);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started->start).count();
+  innermost_call = started->outer;
+  if (started->outer != nullptr) {
+    started->outer->inner_ms += ms;
+  }
   Totals& all = totals();
   const std::lock_guard<std::mutex> lock(all.mutex);
   OpTotal& total = all.by_op[call.name()];
   total.calls += 1;
-  total.ms += ms;
+  total.ms += ms - started->inner_ms;
 }
 
 } // namespace

@@ -6,7 +6,8 @@
 Each seed makes one small model, written as the Python source of an nn.Module class (a failing case reads like
 code), built from the patterns the stage rewrites and the ones that could fool its proofs: convs with relu,
 hardtanh (ReLU6), silu, hardswish, gelu, sigmoid, tanh (one or two in a row) or a residual add right after
-them, 1x1 convs feeding 3x3 depthwise ones, linears, pools, elementwise operators, views and reshapes (view, reshape, permute, flatten), in-place operators on intermediate
+them (`other + conv(x)`, `conv(x) + other`, `out += other` on the conv's result, `other += conv(x)` writing a map
+later code may still read), 1x1 convs feeding 3x3 depthwise ones, linears, pools, elementwise operators, views and reshapes (view, reshape, permute, flatten), in-place operators on intermediate
 values (on conv results, on views of them, on list and tuple elements), lists and tuples, loops and branches on
 shapes and on input values, values that depend only on shapes (the stage folds them), random-number operators,
 and module attributes read and written in forward. The model is scripted and saved for the lite interpreter
@@ -264,7 +265,24 @@ class ModelWriter:
         if residual and self.on("add") and self.rng.random() < 0.4:
             other = self.rng.choice(residual)
             self.features.add("residual")
-            expr = f"{other.name} + {expr}" if self.rng.random() < 0.7 else f"{expr} + {other.name}"
+            form = self.rng.random()
+            if form < 0.25 and self.on("inplace"):
+                # `out += identity` (add_ on the conv's result, the other operand from a register after the call),
+                # or `other += conv(...)` (add_ writing the other map, which later code may still read).
+                if self.rng.random() < 0.5:
+                    self.features.add("residual_inplace_on_result")
+                    self.emit(f"{name} = {expr}")
+                    self.emit(f"{name} += {other.name}")
+                else:
+                    self.features.add("residual_inplace_on_other")
+                    self.emit(f"{other.name} += {expr}")
+                    self.emit(f"{name} = {other.name}")
+                if self.rng.random() < 0.3:
+                    self.emit(f"{name} = {self.activation(name)}")
+                self.features.add("conv")
+                self.add_var(Var(name, "map", out_c, spatial, src.downsampled + (stride == 2), from_conv=True))
+                return
+            expr = f"{other.name} + {expr}" if form < 0.7 else f"{expr} + {other.name}"
             if self.rng.random() < 0.3:
                 expr = self.activation(f"({expr})")
         else:
