@@ -25,7 +25,8 @@ For each model NAME, in --out:
   NAME.onnx              what ONNX Runtime runs: torch.onnx's TorchScript-based exporter at the benchmark's opset;
                          for mobilenet_v2_int8, ORT's own static QDQ int8 model of the same float network
                          (quant_pre_process, then quantize_static: per channel, QUInt8 activations, QInt8 weights,
-                         calibrated on the same seeded images), exported from NAME.float.onnx; the float
+                         7-bit weights on a CPU without VNNI as ORT's documentation advises, calibrated on the
+                         same seeded images), exported from NAME.float.onnx; the float
                          network's outputs in NAME.float.expected.pt, which ORT's int8 model is checked against
   NAME.pte               ExecuTorch + XNNPACK (torch.export, to_edge_transform_and_lower), where it exports
   manifest.json          per model: its files, sizes, export times, the tolerance its outputs are checked with,
@@ -269,9 +270,21 @@ def run_onnx(path: Path, inputs: tuple[Tensor, ...]) -> list[Tensor]:
     return [torch.from_numpy(o) for o in session.run(None, feeds)]
 
 
+def cpu_has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this x86 CPU has VNNI (AVX-512 or AVX) int8 dot products. Without it ORT's u8 x s8 kernels can
+    saturate their 16-bit intermediate sums, which ORT's documentation counters with `reduce_range` (7-bit
+    weights)."""
+    try:
+        flags = set(cpuinfo.read_text().split())
+    except OSError:
+        return True  # not Linux on x86: nothing to go on; quantize as documented for VNNI machines
+    return bool(flags & {"avx512_vnni", "avx_vnni", "avx512vnni", "avxvnni"})
+
+
 def quantize_onnx_static(float_path: Path, path: Path) -> None:
     """ONNX Runtime's own static int8 model of a float model: quant_pre_process, then QDQ quantize_static
-    (per channel, QUInt8 activations, QInt8 weights), calibrated on the batches PyTorch's model was."""
+    (per channel, QUInt8 activations, QInt8 weights; 7-bit weights on a CPU without VNNI, as ORT advises),
+    calibrated on the batches PyTorch's model was."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quant_pre_process,
                                           quantize_static)
 
@@ -294,7 +307,8 @@ def quantize_onnx_static(float_path: Path, path: Path) -> None:
         with quiet(), output_discarded():
             quant_pre_process(str(float_path), str(prepared))
             quantize_static(str(prepared), str(path), SeededImages(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            reduce_range=not cpu_has_vnni())
     finally:
         prepared.unlink(missing_ok=True)
 

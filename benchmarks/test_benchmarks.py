@@ -501,3 +501,15 @@ def test_a_latency_server_runs_alone_the_others_stopped_meanwhile(tmp_path: Path
         first.close()
         second.close()
     assert first._process.returncode == 0 and second._process.returncode == 0
+
+
+def test_ort_int8_uses_7_bit_weights_only_on_a_cpu_without_vnni(tmp_path: Path) -> None:
+    from benchmarks.real_models import cpu_has_vnni
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    vnni = tmp_path / "vnni"
+    vnni.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not cpu_has_vnni(avx2)
+    assert cpu_has_vnni(vnni)
+    assert cpu_has_vnni(tmp_path / "missing")  # nothing to go on: as documented for VNNI machines
