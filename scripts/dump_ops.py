@@ -88,6 +88,14 @@ def export_model(spec: ModelSpec) -> ExportedModel:
         return _export_model(spec)
 
 
+def forget_compiled_functions() -> None:
+    """TorchScript compiles a free function once per process and every later model reuses it: a helper shared
+    by several test models (the detection heads' NMS) then came out of freezing with or without one of its
+    operators depending on what ran before it, and the ops yaml's debug_info flipped between runs. Each model
+    compiles its helpers afresh, as when it is exported alone."""
+    torch.jit._state._jit_caching_layer.clear()
+
+
 def _export_model(spec: ModelSpec) -> ExportedModel:
     model = spec.build()
     inputs = list(spec.example_inputs())
@@ -95,6 +103,7 @@ def _export_model(spec: ModelSpec) -> ExportedModel:
         expected = flatten_outputs(model(*inputs))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchScript and the lite interpreter warn they are deprecated
+        forget_compiled_functions()
         scripted = torch.jit.script(model)
         if spec.freeze:
             scripted = torch.jit.freeze(scripted)
