@@ -218,8 +218,8 @@ std::optional<FusedPostOp> post_op_at(const torch::jit::mobile::Code& code, size
       }
       fused.arguments.push_back(*constant);
     }
-    if (op == "aten::add.Tensor" || op == "aten::add_.Tensor") {
-      if (constants != 0 || !is_residual_add(code, call)) {
+    if (is_residual_add(code, call)) {
+      if (constants != 0) {
         return std::nullopt;
       }
       fused.op = PostOp::Add;
