@@ -671,12 +671,22 @@ bool remove_dead_code(Program& program) {
   return changed;
 }
 
-// Stores no instruction reads back, and values pushed only to be dropped.
+// Stores no instruction reads back, values pushed only to be dropped, and a value stored only to be pushed
+// straight back (what inlining leaves of `result = self.block(x); result += x`: the conv's result would stand
+// between the conv and the add that could be fused into it).
 bool remove_dead_stores(Program& program) {
   std::set<int64_t> read;
+  std::map<int64_t, int> reads_of, stores_of; // LOAD and MOVE; STORE and STOREN
   for (const Item& item : program.items) {
     if (item.inst.op == opcode::LOAD || item.inst.op == opcode::MOVE) {
       read.insert(item.inst.X);
+      ++reads_of[item.inst.X];
+    } else if (item.inst.op == opcode::STORE) {
+      ++stores_of[item.inst.X];
+    } else if (item.inst.op == opcode::STOREN) {
+      for (int64_t r = item.inst.X; r < item.inst.X + item.inst.N; ++r) {
+        stores_of[r] += 2; // a register of a STOREN is never the only store's
+      }
     }
   }
   const std::set<size_t> targets = program.jump_targets();
@@ -701,7 +711,13 @@ bool remove_dead_stores(Program& program) {
     // STORE r; MOVE r leaves the value where it was (and the register empty, which no read may see).
     const bool stored_then_moved =
         before.inst.op == opcode::STORE && item.inst.op == opcode::MOVE && before.inst.X == item.inst.X;
-    if (pushed_then_dropped || stored_then_moved) {
+    // STORE r; LOAD r, the register's only store and only read: the value stays on the stack, and the register
+    // is never set (its DROPRs go in the next round, as drops of a register nothing reads). Only the time the
+    // register would have kept the tensor alive changes.
+    const bool stored_then_loaded_once = before.inst.op == opcode::STORE && item.inst.op == opcode::LOAD &&
+                                         before.inst.X == item.inst.X && reads_of[item.inst.X] == 1 &&
+                                         stores_of[item.inst.X] == 1;
+    if (pushed_then_dropped || stored_then_moved || stored_then_loaded_once) {
       before.removed = item.removed = true;
       changed = true;
     }
