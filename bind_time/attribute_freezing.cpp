@@ -237,7 +237,9 @@ class KnownValues {
   std::vector<int> pop(size_t n) {
     return stack_.pop(n);
   }
-  // The stack's contents are no longer followed; registers keep only what every path agrees on.
+  // The stack's contents are no longer followed; registers keep only what every path agrees on. A register
+  // written since the last time already holds that (its single store's value, or unknown), so only those
+  // written are reset: an inlined model has thousands of registers and hundreds of jump targets.
   void forget() {
     for (int id : stack_.stack()) {
       other_use(id);
@@ -245,14 +247,22 @@ class KnownValues {
     while (!stack_.stack().empty()) {
       stack_.pop();
     }
-    for (size_t r = 0; r < stack_.registers().size(); ++r) {
-      if (single_store_value_.count(r) == 0) {
-        other_use(stack_.registers()[r]);
-        stack_.reg(static_cast<int64_t>(r)) = kUnknown;
+    for (int64_t r : written_registers_) {
+      const auto single = single_store_value_.find(static_cast<size_t>(r));
+      if (single == single_store_value_.end()) {
+        other_use(stack_.reg(r));
+        stack_.reg(r) = kUnknown;
       } else {
-        stack_.reg(static_cast<int64_t>(r)) = single_store_value_[r];
+        stack_.reg(r) = single->second;
       }
     }
+    written_registers_.clear();
+  }
+  // The register, to be written: forget() resets it.
+  int& written_register(int64_t r) {
+    int& slot = stack_.reg(r); // throws for a register the function does not have
+    written_registers_.push_back(r);
+    return slot;
   }
 
   // Registers stored to by exactly one instruction: what that store put there is what any later read sees.
@@ -297,7 +307,7 @@ class KnownValues {
       case opcode::MOVE: {
         const int id = stack_.reg(inst.X);
         if (inst.op == opcode::MOVE) {
-          stack_.reg(inst.X) = kUnknown;
+          written_register(inst.X) = kUnknown;
         }
         stack_.push(id);
         if (const auto object = object_of(id)) {
@@ -311,14 +321,14 @@ class KnownValues {
       case opcode::STORE: {
         const int id = pop();
         other_use(id);
-        stack_.reg(inst.X) = id;
+        written_register(inst.X) = id;
         note_store(inst.X, id);
         return false;
       }
       case opcode::STOREN:
         for (int64_t i = inst.N - 1; i >= 0; --i) {
           const int id = pop();
-          stack_.reg(inst.X + i) = id;
+          written_register(inst.X + i) = id;
           note_store(inst.X + i, id);
         }
         return false;
@@ -326,7 +336,7 @@ class KnownValues {
         other_use(pop());
         return false;
       case opcode::DROPR:
-        stack_.reg(inst.X) = kUnknown;
+        written_register(inst.X) = kUnknown;
         return false;
       case opcode::LOADC:
         stack_.push(known(program_.constants[static_cast<size_t>(inst.X)]));
@@ -630,6 +640,7 @@ class KnownValues {
   std::set<size_t> targets_;
   std::set<size_t> single_store_;
   std::map<size_t, int> single_store_value_;
+  std::vector<int64_t> written_registers_; // since the last forget(), perhaps more than once each
   std::map<size_t, BuiltList> lists_;
 };
 
