@@ -10,17 +10,20 @@ namespace lightweight_dispatch {
 
 namespace {
 
-// forward's arguments after self.
-c10::ArrayRef<c10::Argument> arguments_after_self(const c10::FunctionSchema& schema) {
-  c10::ArrayRef<c10::Argument> arguments = schema.arguments();
-  return !arguments.empty() && arguments[0].name() == "self" ? arguments.slice(1) : arguments;
-}
-
 // An argument's declared type as the JIT types it: the lite bytecode's schemas carry DynamicTypes,
 // which name as "Dynamic<8>".
 c10::TypePtr declared_type(const c10::Argument& argument) {
   const c10::TypePtr& type = argument.type();
   return type->kind() == c10::TypeKind::DynamicType ? type->expectRef<c10::DynamicType>().fallback() : type;
+}
+
+// forward's arguments after self: the module object, whatever the model's code named it (`def forward(m, x)`
+// is a method too).
+c10::ArrayRef<c10::Argument> arguments_after_self(const c10::FunctionSchema& schema) {
+  c10::ArrayRef<c10::Argument> arguments = schema.arguments();
+  const bool first_is_module = !arguments.empty() && (arguments[0].name() == "self" ||
+                                                      declared_type(arguments[0])->kind() == c10::TypeKind::ClassType);
+  return first_is_module ? arguments.slice(1) : arguments;
 }
 
 // The lite bytecode records None for an argument without a default: that is no default unless the type

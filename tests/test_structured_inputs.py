@@ -71,6 +71,22 @@ def test_runs_statically_matching_eager_and_dynamic_bit_for_bit(predictor: Path,
     assert_bitwise_equal(outputs["static"], outputs["dynamic"])
 
 
+class ModuleNotNamedSelf(torch.nn.Module):
+    def forward(module, x: Tensor, scale: float = 2.0) -> Tensor:  # noqa: N805 (a method's first name is free)
+        return torch.relu(x) * scale
+
+
+def test_forward_whose_module_argument_is_not_named_self_takes_its_inputs(predictor: Path, tmp_path: Path) -> None:
+    # TorchScript makes the first parameter the module whatever it is called; the inputs file holds only what
+    # comes after it (before, `x` was checked against the module's type and the model was refused).
+    model = save_lite_model(ModuleNotNamedSelf().eval(), tmp_path / "not_self.ptl")
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    inputs, expected = save(tmp_path / "in.pt", [x]), save(tmp_path / "out.pt", [torch.relu(x) * 2.0])
+    result = run(predictor, model, "--input", inputs, "--expected", expected, "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.json()["outputs_match"] is True
+
+
 def test_a_file_of_just_the_two_images_runs_with_the_defaults(predictor: Path, model: Path, tmp_path: Path) -> None:
     # RAFT's case: forward(image1, image2, num_flow_updates: int = 12, ...) called with the images alone.
     images = typed_arguments.images()
