@@ -644,6 +644,42 @@ class KnownValues {
   std::map<size_t, BuiltList> lists_;
 };
 
+// Per register, the instructions storing to it (a STOREN as SIZE_MAX: it stores several at once) and reading it
+// (LOAD, MOVE).
+struct RegisterUses {
+  std::map<int64_t, std::vector<size_t>> stores, reads;
+
+  // The one instruction that stores to `r` (a STORE), or nullopt.
+  std::optional<size_t> only_store(int64_t r) const {
+    const auto found = stores.find(r);
+    if (found == stores.end() || found->second.size() != 1 || found->second[0] == SIZE_MAX) {
+      return std::nullopt;
+    }
+    return found->second[0];
+  }
+  bool only_read(int64_t r) const {
+    const auto found = reads.find(r);
+    return found != reads.end() && found->second.size() == 1;
+  }
+};
+
+RegisterUses register_uses(const Program& program) {
+  RegisterUses uses;
+  for (size_t pc = 0; pc < program.items.size(); ++pc) {
+    const Instruction& inst = program.items[pc].inst;
+    if (inst.op == opcode::STORE) {
+      uses.stores[inst.X].push_back(pc);
+    } else if (inst.op == opcode::STOREN) {
+      for (int64_t r = inst.X; r < inst.X + inst.N; ++r) {
+        uses.stores[r].push_back(SIZE_MAX);
+      }
+    } else if (inst.op == opcode::LOAD || inst.op == opcode::MOVE) {
+      uses.reads[inst.X].push_back(pc);
+    }
+  }
+  return uses;
+}
+
 // Removes what no path reaches, and jumps to the next instruction.
 bool remove_dead_code(Program& program) {
   const size_t size = program.items.size();
@@ -686,28 +722,16 @@ bool remove_dead_code(Program& program) {
 // straight back (what inlining leaves of `result = self.block(x); result += x`: the conv's result would stand
 // between the conv and the add that could be fused into it).
 bool remove_dead_stores(Program& program) {
-  std::set<int64_t> read;
-  std::map<int64_t, int> reads_of, stores_of; // LOAD and MOVE; STORE and STOREN
-  for (const Item& item : program.items) {
-    if (item.inst.op == opcode::LOAD || item.inst.op == opcode::MOVE) {
-      read.insert(item.inst.X);
-      ++reads_of[item.inst.X];
-    } else if (item.inst.op == opcode::STORE) {
-      ++stores_of[item.inst.X];
-    } else if (item.inst.op == opcode::STOREN) {
-      for (int64_t r = item.inst.X; r < item.inst.X + item.inst.N; ++r) {
-        stores_of[r] += 2; // a register of a STOREN is never the only store's
-      }
-    }
-  }
+  const RegisterUses uses = register_uses(program);
+  const auto read = [&](int64_t r) { return uses.reads.count(r) != 0; };
   const std::set<size_t> targets = program.jump_targets();
   bool changed = false;
   for (size_t pc = 0; pc < program.items.size(); ++pc) {
     Item& item = program.items[pc];
-    if (item.inst.op == opcode::STORE && read.count(item.inst.X) == 0) {
+    if (item.inst.op == opcode::STORE && !read(item.inst.X)) {
       item.inst = make(opcode::DROP, 0);
       changed = true;
-    } else if (item.inst.op == opcode::DROPR && read.count(item.inst.X) == 0) {
+    } else if (item.inst.op == opcode::DROPR && !read(item.inst.X)) {
       item.removed = true;
       changed = true;
     }
@@ -726,8 +750,8 @@ bool remove_dead_stores(Program& program) {
     // is never set (its DROPRs go in the next round, as drops of a register nothing reads). Only the time the
     // register would have kept the tensor alive changes.
     const bool stored_then_loaded_once = before.inst.op == opcode::STORE && item.inst.op == opcode::LOAD &&
-                                         before.inst.X == item.inst.X && reads_of[item.inst.X] == 1 &&
-                                         stores_of[item.inst.X] == 1;
+                                         before.inst.X == item.inst.X && uses.only_read(item.inst.X) &&
+                                         uses.only_store(item.inst.X) == pc - 1;
     if (pushed_then_dropped || stored_then_moved || stored_then_loaded_once) {
       before.removed = item.removed = true;
       changed = true;
@@ -777,20 +801,9 @@ bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, At
   // The conv2d whose result the batch_norm at `bn` normalises, and nothing else reads but for its sizes:
   // pushed right before the batch norm's constants, or stored once in a register that the batch norm's input
   // is read from, and that is otherwise read only for DIM (a batch norm's input check).
-  // Per register: the instructions storing to it (a STOREN counts as one that disqualifies: SIZE_MAX), reading it.
-  std::map<int64_t, std::vector<size_t>> stores_of, reads_of;
-  for (size_t pc = 0; pc < program.items.size(); ++pc) {
-    const Instruction& inst = program.items[pc].inst;
-    if (inst.op == opcode::STORE) {
-      stores_of[inst.X].push_back(pc);
-    } else if (inst.op == opcode::STOREN) {
-      for (int64_t r = inst.X; r < inst.X + inst.N; ++r) {
-        stores_of[r].push_back(SIZE_MAX);
-      }
-    } else if (inst.op == opcode::LOAD || inst.op == opcode::MOVE) {
-      reads_of[inst.X].push_back(pc);
-    }
-  }
+  RegisterUses uses = register_uses(program);
+  auto& stores_of = uses.stores;
+  auto& reads_of = uses.reads;
   auto conv_feeding = [&](size_t bn) -> std::optional<size_t> {
     const size_t input = bn - 9;
     if (op_at(input) == "aten::conv2d" && targets.count(input + 1) == 0) {
