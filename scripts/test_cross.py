@@ -2,7 +2,7 @@
 iteration each, against its expected outputs, and the C++-only registration check. Prints a summary; exits 1
 on any mismatch, failure or operator off the static path.
 
-    python scripts/test_cross.py [--build build_aarch64] [--models-dir build/models] [--only NAME ...]
+    python scripts/test_cross.py [--build build_aarch64] [--models-dir build/models] [--only NAME ...] [--jobs N]
 
 qemu-aarch64 (Debian's qemu-user) runs the binaries with -L pointing at a folder this script makes in the
 build folder: the cross toolchain's aarch64 libraries and an ARM /proc/cpuinfo (LibTorch reads the CPU's
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,15 +107,24 @@ def off_the_static_path(report: dict, allowed: set[str]) -> list[str]:
     return [op["name"] for op in report["ops"] if op["path"] == "dispatcher" and op["name"] not in allowed]
 
 
-def run_model(name: str, build: Path, models_dir: Path, root: Path, references: Path, allowed: set[str]) -> Outcome:
+def model_arguments(name: str, models_dir: Path, references: Path) -> list[str]:
+    """lite_predictor's arguments for one model; a quantized model's qnnpack reference is made here if stale (in
+    this process, which switches torch's quantized engine for it: call this from one thread only)."""
     args = [str(models_dir / f"{name}.ptl"), "--iters", "1", "--warmup", "0", "--json"]
     if MODELS[name].qengine is not None:
         atol = 1.01 * OUTPUT_SCALE[name]()
         args += ["--qengine", ARM_ENGINE, "--expected", str(qnnpack_reference(name, models_dir, references)),
                  "--atol", repr(atol), "--rtol", "0"]
+    return args
+
+
+def run_model(name: str, args: list[str], build: Path, root: Path, allowed: set[str]) -> Outcome:
     start = time.monotonic()
-    done = subprocess.run(qemu_command(root, build / "lite_predictor", *args), capture_output=True, text=True,
-                          timeout=900)
+    try:
+        done = subprocess.run(qemu_command(root, build / "lite_predictor", *args), capture_output=True, text=True,
+                              timeout=900)
+    except subprocess.TimeoutExpired as error:
+        return Outcome(name, False, f"timed out after {error.timeout:.0f} s", time.monotonic() - start)
     seconds = time.monotonic() - start
     try:
         report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -139,6 +150,13 @@ def run_registration_check(build: Path, root: Path) -> Outcome:
     return Outcome("registration_check", done.returncode == 0, last, time.monotonic() - start)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", type=Path, default=REPO_ROOT / "build_aarch64",
@@ -146,6 +164,8 @@ def main() -> int:
     parser.add_argument("--models-dir", type=Path, default=REPO_ROOT / "build" / "models",
                         help="where dump_ops.py exported the test models (default: %(default)s)")
     parser.add_argument("--only", nargs="+", choices=sorted(MODELS), help="these models only")
+    parser.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
+                        help="emulated runs at once (default: the CPU count, %(default)s)")
     args = parser.parse_args()
     if shutil.which("qemu-aarch64") is None:
         print("test_cross: error: qemu-aarch64 is missing: install Debian's qemu-user (apt install qemu-user)",
@@ -158,18 +178,21 @@ def main() -> int:
     ensure_torchvision_ops()  # the qnnpack references of models calling torchvision:: ops
     root = qemu_root(args.build)
     allowed = {name for name, op in load_quantized_ops().items() if op.dispatcher_reason is not None}
+    names = args.only or sorted(MODELS)
+    arguments = {name: model_arguments(name, args.models_dir, args.build / "references") for name in names}
+    started = time.monotonic()
     outcomes = [run_registration_check(args.build, root)]
-    for name in args.only or sorted(MODELS):
-        try:
-            outcomes.append(run_model(name, args.build, args.models_dir, root, args.build / "references", allowed))
-        except subprocess.TimeoutExpired as error:
-            outcomes.append(Outcome(name, False, f"timed out after {error.timeout:.0f} s", error.timeout or 0))
-        print(f"  {'ok  ' if outcomes[-1].ok else 'FAIL'} {outcomes[-1].name}: {outcomes[-1].detail} "
-              f"({outcomes[-1].seconds:.1f} s)", flush=True)
+    # Each emulated run is one process, most of it qemu translating LibTorch's start-up: run --jobs at once.
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = [pool.submit(run_model, name, arguments[name], args.build, root, allowed) for name in names]
+        for run in as_completed(runs):
+            outcome = run.result()
+            print(f"  {'ok  ' if outcome.ok else 'FAIL'} {outcome.name}: {outcome.detail} ({outcome.seconds:.1f} s)",
+                  flush=True)
+        outcomes += [run.result() for run in runs]
     failed = [o for o in outcomes if not o.ok]
-    total = sum(o.seconds for o in outcomes)
-    print(f"test-cross: {len(outcomes) - len(failed)} of {len(outcomes)} passed under qemu-aarch64 in {total:.0f} s "
-          f"({outcomes[0].name}: {outcomes[0].detail})")
+    print(f"test-cross: {len(outcomes) - len(failed)} of {len(outcomes)} passed under qemu-aarch64 in "
+          f"{time.monotonic() - started:.0f} s, {args.jobs} at a time ({outcomes[0].name}: {outcomes[0].detail})")
     for outcome in failed:
         print(f"  failed: {outcome.name}: {outcome.detail}")
     return 1 if failed else 0
