@@ -7,6 +7,7 @@
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 
+#include <ATen/Parallel.h>
 #include <ATen/core/stack.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/jit/mobile/code.h>
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -64,10 +66,22 @@ class WrongWeights {
   WeightSite first_;
 };
 
-// A cheap call (fewer multiply-adds than this: ~0.3 ms of convolution here) is timed both ways before the compiled
-// kernel is kept: its fixed cost per call (~5 us) can outweigh what it saves.
-constexpr double kRaceBelowMacs = 8e6;
+// Every compiled kernel is timed against the generated kernels before it is kept: a cheap call's fixed cost per
+// call (~5 us) can outweigh what it saves, and on some machines a big one loses too (oneDNN Graph's matmul against
+// ATen's MKL linear, on AVX2). At most this many rounds each; fewer once one side is clearly ahead.
 constexpr int kRaceRounds = 3;
+constexpr double kClearlyAhead = 1.3; // the slower side's best run at least this much longer
+
+// A test-only hook: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE=1 in the environment, every compiled kernel that
+// passes the checks is kept, untimed, so a test can see a fusion applied (and its result checked) whichever side
+// would win the race on the machine running it. Nothing else reads it; it changes no answer.
+bool test_asks_for_no_race() {
+  static const bool asked = [] {
+    const char* value = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return asked;
+}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -90,6 +104,31 @@ struct TensorShape {
 };
 
 } // namespace
+
+// The races' outcomes, shared by the sites of one model: two sites computing the same problem (the same operators,
+// weight sizes and parameters, input and residual sizes and strides, result layout and thread count) time the
+// same, so the first one raced decides for the others. A site whose problem lost skips compiling; one whose
+// problem won skips the race (its kernel is still checked). Only speed is shared, never a kernel or a check.
+class RaceVerdicts {
+ public:
+  struct Verdict {
+    bool compiled_won = false;
+    std::string where; // the site raced: "function, instruction N"
+  };
+  std::optional<Verdict> find(const std::string& problem) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = verdicts_.find(problem);
+    return found == verdicts_.end() ? std::nullopt : std::optional<Verdict>(found->second);
+  }
+  void record(const std::string& problem, Verdict verdict) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    verdicts_.emplace(problem, std::move(verdict));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, Verdict> verdicts_;
+};
 
 // The layout a site gives its result.
 enum class ResultLayout {
@@ -133,9 +172,12 @@ class SiteKernel {
   // `prepare_on_first_call`: a call meeting a new shape compiles for it; otherwise only a preparation run does
   // (background_preparation.h), and other calls run the generated kernels until it has.
   // `note`: why it is not one kernel with the site that follows, or "".
-  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note)
+  // `verdicts`: the races of the model's sites so far; `where`: this site, as a verdict names it.
+  SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note,
+      std::shared_ptr<RaceVerdicts> verdicts, std::string where)
       : chain_(std::move(chain)), frame_(frame_of(chain_.back().site)), runs_at_add_(chain_.back().site.runs_at_add()),
-        layout_(layout), prepare_on_first_call_(prepare_on_first_call) {
+        layout_(layout), prepare_on_first_call_(prepare_on_first_call), verdicts_(std::move(verdicts)),
+        where_(std::move(where)) {
     if (!note.empty()) {
       notes_.push_back(note);
     }
@@ -349,6 +391,15 @@ class SiteKernel {
     const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
     std::string why_not;
     const c10::MemoryFormat format = result_format(input);
+    const std::string problem = problem_of(input_kept, residual_arg, format);
+    const std::optional<RaceVerdicts::Verdict> verdict = test_asks_for_no_race() ? std::nullopt : verdicts_->find(problem);
+    if (verdict && !verdict->compiled_won) { // nothing to compile: the generated kernels serve this shape
+      run_generated(stack);
+      notes_.push_back(describe(input_kept) + ": timed at " + verdict->where +
+                       " (the same problem): the generated kernels were faster for this shape");
+      finish_preparing(std::move(prepared), start);
+      return;
+    }
     at::Tensor got;
     const WrongWeights wrong_weights(chain_view_); // none, unless a test asks for them
     auto partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
@@ -362,10 +413,13 @@ class SiteKernel {
                 "kernels' beyond 1e-5";
       partition.reset();
     }
-    if (partition && multiply_adds(input_kept) < kRaceBelowMacs &&
-        !compiled_is_faster(*partition, arguments, input_kept, residual_arg)) {
-      why_not = "the generated kernels were faster for this shape";
-      partition.reset();
+    if (partition && !verdict && !test_asks_for_no_race()) {
+      const bool compiled_won = compiled_is_faster(*partition, arguments, input_kept, residual_arg);
+      verdicts_->record(problem, {compiled_won, where_});
+      if (!compiled_won) {
+        why_not = "the generated kernels were faster for this shape";
+        partition.reset();
+      }
     }
     if (partition) {
       at::Tensor expected = stack.back().toTensor();
@@ -382,10 +436,37 @@ class SiteKernel {
     if (!why_not.empty()) {
       notes_.push_back(describe(input_kept) + ": " + why_not);
     }
+    finish_preparing(std::move(prepared), start);
+  }
+
+  // Keeps what a shape was prepared with (under the mutex).
+  void finish_preparing(std::unique_ptr<Prepared> prepared, std::chrono::steady_clock::time_point start) const {
     last_.store(prepared.get(), std::memory_order_release);
     prepared_.push_back(std::move(prepared));
     prepare_ms_ += ms_since(start);
     preparations_ += 1;
+  }
+
+  // What a race on these tensors times: every operator of the chain with its weight sizes and parameters, the
+  // input's and residual's sizes, strides and dtype, the result layout and the thread count.
+  std::string problem_of(const at::Tensor& input, const at::Tensor* residual, c10::MemoryFormat format) const {
+    std::ostringstream out;
+    for (const ChainLink& link : chain_) {
+      const WeightSite& site = link.site;
+      out << site.op_name() << " w" << site.weight.sizes() << (site.bias ? " bias" : "") << " s"
+          << c10::IntArrayRef(site.stride) << " p" << c10::IntArrayRef(site.padding) << " d"
+          << c10::IntArrayRef(site.dilation) << " g" << site.groups;
+      for (const FusedPostOp& post_op : site.post_ops) {
+        out << " " << post_op_name(post_op.op);
+      }
+      out << "; ";
+    }
+    out << "in " << input.sizes() << input.strides() << input.scalar_type();
+    if (residual != nullptr) {
+      out << " res " << residual->sizes() << residual->strides() << residual->scalar_type();
+    }
+    out << " out " << format << " threads " << at::get_num_threads();
+    return out.str();
   }
 
   // Whether the partition agrees with the generated kernels on a probe input of the stage's own: seeded random
@@ -408,8 +489,8 @@ class SiteKernel {
     return agrees_within_tolerance(compiled, expected);
   }
 
-  // For a cheap call, where the compiled kernel's fixed cost per call can outweigh what it saves: whether it beats
-  // the generated kernels, each timed over a few runs on this call's own tensors (the best run of each).
+  // Whether the compiled kernel beats the generated kernels, each timed over a few runs on this call's own tensors
+  // (the best run of each; fewer rounds once one is clearly ahead).
   bool compiled_is_faster(const OnednnPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
     double compiled = INFINITY, generated = INFINITY;
@@ -422,20 +503,11 @@ class SiteKernel {
       start = std::chrono::steady_clock::now();
       run_generated_kernels(stack);
       generated = std::min(generated, ms_since(start));
+      if (std::max(compiled, generated) > kClearlyAhead * std::min(compiled, generated)) {
+        break;
+      }
     }
     return compiled < generated;
-  }
-
-  // The chain's multiply-adds for this input.
-  double multiply_adds(const at::Tensor& input) const {
-    double total = 0;
-    std::vector<int64_t> sizes = input.sizes().vec();
-    for (const ChainLink& link : chain_) {
-      sizes = site_output_sizes(link.site, sizes);
-      total += static_cast<double>(c10::multiply_integers(sizes)) *
-               static_cast<double>(link.site.weight.numel() / link.site.weight.size(0));
-    }
-    return total;
   }
 
   static std::string describe(const at::Tensor& t) {
@@ -450,6 +522,8 @@ class SiteKernel {
   bool runs_at_add_;
   ResultLayout layout_;
   bool prepare_on_first_call_;
+  std::shared_ptr<RaceVerdicts> verdicts_;
+  std::string where_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Prepared>> prepared_; // appended under the mutex, never removed
   mutable std::atomic<const Prepared*> last_{nullptr};
@@ -688,6 +762,7 @@ void fold_calls(torch::jit::mobile::Code& code, const std::string& function, con
 std::shared_ptr<Specialization> specialize_call_sites(
     torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call) {
   auto result = std::make_shared<Specialization>();
+  const auto verdicts = std::make_shared<RaceVerdicts>();
   const ReturnCount returns_of = return_counts_from(schema_of);
   // A channels_last result may also go to a permute (an SSD head's permute-reshape is then a view, not a copy),
   // unless the model calls an operator that minds layouts somewhere (what the permute's result reaches is not
@@ -740,7 +815,9 @@ std::shared_ptr<Specialization> specialize_call_sites(
       entry.report.runs = runs_description(entry.report.fused);
       taken.insert(entry.report.fused_instructions.begin(), entry.report.fused_instructions.end());
       const size_t call_pc = links.back().site.kernel_instruction();
-      entry.kernel = std::make_shared<SiteKernel>(std::move(links), layout, prepare_on_first_call, found.note);
+      const std::string where = function_name + ", instruction " + std::to_string(entry.report.instruction);
+      entry.kernel = std::make_shared<SiteKernel>(
+          std::move(links), layout, prepare_on_first_call, found.note, verdicts, where);
       rebind_instruction(code, call_pc, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
       result->sites_.push_back(std::move(entry));
     }

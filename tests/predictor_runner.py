@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import warnings
 from dataclasses import dataclass
@@ -21,9 +22,21 @@ class PredictorRun:
         return json.loads(self.stdout)
 
 
-def run_predictor(predictor: Path, *args: object, timeout: float = 300) -> PredictorRun:
+# The test-only hook that keeps every compiled kernel passing the checks, untimed (set for every test: conftest.py).
+NO_RACE_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE"
+
+
+def race_on_environment() -> dict[str, str]:
+    """This process's environment without the no-race hook: the stage races every compiled kernel, as users run it."""
+    return {name: value for name, value in os.environ.items() if name != NO_RACE_HOOK}
+
+
+def run_predictor(
+    predictor: Path, *args: object, timeout: float = 300, env: dict[str, str] | None = None
+) -> PredictorRun:
+    """lite_predictor with `args`, in `env` (default: this process's environment)."""
     completed = subprocess.run(
-        [str(predictor), *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
+        [str(predictor), *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False, env=env
     )
     return PredictorRun(completed.returncode, completed.stdout, completed.stderr)
 

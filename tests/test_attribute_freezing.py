@@ -279,9 +279,8 @@ def test_checks_of_constants_are_computed_and_parameters_compile(
     freezing = run["attribute_freezing"]
     assert freezing["applied"] is True, freezing
     sites = run["specialized_sites"]
-    # The compiled kernel is kept where it is the faster (timed): any note is that one, never a failure.
-    assert len(sites) == 1 and all(note.endswith("were faster for this shape") for note in sites[0]["notes"]), sites
-    assert sites[0]["specialized_calls"] > 0 or sites[0]["notes"]
+    # Kept untimed (conftest's no-race hook): the compiled kernel serves the later runs.
+    assert len(sites) == 1 and sites[0]["notes"] == [] and sites[0]["specialized_calls"] > 0, sites
     if isinstance(module, SkipsInEval):
         assert freezing["computed_calls"] >= 3 and freezing["folded_batch_norms"] == 1
         assert not any(site["op"] == "aten::rand" for site in run["call_sites"])  # the training path is gone

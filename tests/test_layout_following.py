@@ -59,7 +59,7 @@ class ResidualBlock(torch.nn.Module):
         super().__init__()
         self.conv1 = torch.nn.Conv2d(32, 32, 3, padding=1)
         self.conv2 = torch.nn.Conv2d(32, 32, 3, padding=1)
-        self.head = torch.nn.Conv2d(32, 32, 3, padding=1)  # above the multiply-adds the stage races
+        self.head = torch.nn.Conv2d(32, 32, 3, padding=1)
         self.returns = returns
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

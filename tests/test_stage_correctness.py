@@ -198,7 +198,7 @@ def test_a_write_through_a_list_copy_folds_nothing(predictor: Path, tmp_path: Pa
 # --- 3. a compiled kernel is checked on a probe input of the stage's own before it serves a call
 
 class OneConv(torch.nn.Module):
-    """17.7M multiply-adds at 1x16x64x64: past the size below which a compiled kernel must win a timed race."""
+    """17.7M multiply-adds at 1x16x64x64."""
 
     def __init__(self) -> None:
         super().__init__()
