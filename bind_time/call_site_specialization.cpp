@@ -68,7 +68,7 @@ class WrongWeights {
 
 // Every compiled kernel is timed against the generated kernels before it is kept: a cheap call's fixed cost per
 // call (~5 us) can outweigh what it saves, and on some machines a big one loses too (oneDNN Graph's matmul against
-// ATen's MKL linear, on AVX2). At most this many rounds each; fewer once one side is clearly ahead.
+// ATen's MKL linear, on AVX2). At most this many rounds each; two once one side is clearly ahead.
 constexpr int kRaceRounds = 3;
 constexpr double kClearlyAhead = 1.3; // the slower side's best run at least this much longer
 
@@ -490,7 +490,7 @@ class SiteKernel {
   }
 
   // Whether the compiled kernel beats the generated kernels, each timed over a few runs on this call's own tensors
-  // (the best run of each; fewer rounds once one is clearly ahead).
+  // (the best run of each; two rounds only, once one is clearly ahead).
   bool compiled_is_faster(const OnednnPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
     double compiled = INFINITY, generated = INFINITY;
@@ -503,7 +503,7 @@ class SiteKernel {
       start = std::chrono::steady_clock::now();
       run_generated_kernels(stack);
       generated = std::min(generated, ms_since(start));
-      if (std::max(compiled, generated) > kClearlyAhead * std::min(compiled, generated)) {
+      if (round > 0 && std::max(compiled, generated) > kClearlyAhead * std::min(compiled, generated)) {
         break;
       }
     }

@@ -13,7 +13,7 @@ namespace lightweight_dispatch {
 // whose fresh pages cost most of the check on a first run).
 bool agrees_within_tolerance(const at::Tensor& got, at::Tensor& expected);
 
-// Seeded normal values in a new tensor of `like`'s sizes, strides and dtype (the same values at every call with
+// Seeded uniform values in [-2, 2) in a new tensor of `like`'s sizes, strides and dtype (the same values at every call with
 // the same `stream`; another stream for a second probe tensor): a caller's first input can hide a wrong kernel
 // (zeros make a conv's result its bias alone, whatever the weight).
 at::Tensor probe_like(const at::Tensor& like, uint64_t stream = 0);

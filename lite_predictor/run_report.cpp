@@ -157,20 +157,28 @@ void print_call_site_summary(std::ostream& out, const RunReport& report) {
   out << ")\n";
 }
 
-// The call sites run in another layout, in one line.
+// The call sites run in another layout, one line per operator.
 void print_layout_text(std::ostream& out, const RunReport& report) {
-  if (report.layout_calls.empty()) {
-    return;
-  }
-  int64_t channels_last = 0, stock = 0;
+  struct Counts {
+    size_t sites = 0;
+    int64_t channels_last = 0, stock = 0;
+  };
+  std::map<std::string, Counts> by_op;
   for (const LayoutCallSite& call : report.layout_calls) {
-    channels_last += call.channels_last_calls;
-    stock += call.stock_calls;
+    Counts& counts = by_op[call.op];
+    counts.sites += 1;
+    counts.channels_last += call.channels_last_calls;
+    counts.stock += call.stock_calls;
   }
-  out << "bind-time: " << report.layout_calls.size()
-      << " max_pool2d call site(s) run channels_last where that is faster (results contiguous as the stock kernel "
-         "gives them, the same values): "
-      << channels_last << " call(s) channels_last, " << stock << " as given\n";
+  for (const auto& [op, counts] : by_op) {
+    const bool max_pool = op == "aten::max_pool2d";
+    out << "bind-time: " << counts.sites << " " << (op.rfind("aten::", 0) == 0 ? op.substr(6) : op)
+        << (max_pool ? " call site(s) run channels_last where that is faster (results contiguous as the stock "
+                       "kernel gives them, the same values): "
+                     : " call site(s) pool a site's channels_last result as it is where that agrees with the "
+                       "contiguous input's result within 1e-5: ")
+        << counts.channels_last << " call(s) channels_last, " << counts.stock << " as the stock kernels would\n";
+  }
 }
 
 // The bind-time stage's sites, grouped by what they run, with their calls.
