@@ -5,7 +5,7 @@
 // In the background instead: a call that reaches a site with a shape it has no kernel for runs the site's
 // generated kernels and marks the call; when the call returns, the model is run once more on a thread of its own,
 // on a deep copy of the call's inputs, and that run prepares every site it reaches as a first call would
-// (compile, check against the generated kernels, race a cheap call), unseen by the caller. Calls made after a
+// (compile, check against the generated kernels, race them), unseen by the caller. Calls made after a
 // site's kernel is ready run it. Until then, results are the generated kernels' (the stock kernels', bit for
 // bit); after, the compiled kernels' (within 1e-5 of them, as checked).
 #pragma once

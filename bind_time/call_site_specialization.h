@@ -5,9 +5,10 @@
 // A specialised site is prepared for each input shape it meets (oneDNN Graph compiles for a shape): on that
 // first call, or by a background run on a copy of that call's inputs (background_preparation.h), checked against
 // the generated kernels on a probe input of the stage's own (seeded random values at that shape) and on those
-// tensors, and from then on runs the compiled partition; a
-// site oneDNN Graph does not take, or whose check fails, or that sees more shapes than it keeps, runs its
-// generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
+// tensors, timed against the generated kernels (a site computing a problem another site raced already takes that
+// race's verdict), and from then on runs the compiled partition where it was the faster; a site oneDNN Graph does
+// not take, or whose check fails, or whose generated kernels were faster, or that sees more shapes than it keeps,
+// runs its generated kernels exactly as without the stage. Preparation is serialised per site, so concurrent runs are
 // safe. A result is channels_last, the layout oneDNN's kernels run fastest in, where that is free: when it only
 // ever feeds other sites (traced through the bytecode), or also permutes in a model that calls no operator
 // minding a tensor's layout (views, stride queries). Other results have the layout the generated kernels would
