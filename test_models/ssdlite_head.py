@@ -135,7 +135,9 @@ def decode_boxes(deltas: Tensor, anchors: Tensor, weights: list[float], image_si
 def class_aware_nms(boxes: Tensor, scores: Tensor, labels: Tensor, iou_threshold: float) -> Tensor:
     """NMS within each class in one call: each class's boxes are shifted past every other class's."""
     if boxes.numel() == 0:
-        return torch.zeros(0, dtype=torch.int64)
+        # Sized from the input, not a constant: freezing folded a constant-sized one into the model's constants
+        # in some exports and not in others, and the ops yaml's debug_info flipped with it.
+        return torch.zeros(boxes.size(0), dtype=torch.int64)
     shift = labels.to(boxes.dtype) * (boxes.max() + 1)
     return torch.ops.torchvision.nms(boxes + shift[:, None], scores, iou_threshold)
 
