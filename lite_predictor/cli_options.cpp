@@ -68,17 +68,20 @@ options:
                      crash inside LibTorch on a damaged model is reported instead of killing us
   --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
                      the stock kernels' results). By default conv2d and linear sites with constant weights
-                     (frozen models) run a oneDNN Graph kernel compiled on their first call per input
-                     shape, with the activations that follow (relu, hardtanh, silu, sigmoid, hardswish,
-                     tanh, gelu) and a residual add fused in (x + conv(x), or out += x where nothing
-                     else sees the tensor written), and a 1x1 conv in one kernel with the
-                     depthwise conv it feeds; the report lists them
+                     (frozen models, or unfrozen ones whose attributes nothing writes) run a oneDNN Graph
+                     kernel compiled on their first call per input shape, with the activations that
+                     follow (relu, hardtanh, silu, sigmoid, hardswish, tanh, gelu) and a residual add
+                     fused in (x + conv(x), or out += x where nothing else sees the tensor written), and
+                     a 1x1 conv in one kernel with the depthwise conv it feeds, wherever that kernel
+                     agrees with the generated ones and is timed faster than them (sites computing the
+                     same problem share one timing); the report lists them, and why a site kept its
+                     generated kernels
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
                      background (default): the first run runs the generated kernels, then the model runs
                      once more on a thread of its own to compile and check every site; lite_predictor
                      waits for it before the warm-up, and compares and saves the outputs of a run made
                      after it. first-call: the first run compiles and checks each site as it reaches it
-                     (a slower first run; every run's outputs from the compiled kernels)
+                     (a slower first run; every run's outputs from the kernels each site keeps)
   --default-malloc   leave glibc's allocator thresholds as they are; by default they are raised so that an
                      inference's large temporaries are reused from the heap, not mmap'd afresh each call
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
