@@ -4,6 +4,7 @@
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
 #include <bind_time/result_check.h>
+#include <bind_time/test_hooks.h>
 #include <runtime/op_binding.h>
 #include <runtime/tensor_tree.h>
 
@@ -71,17 +72,6 @@ class WrongWeights {
 // ATen's MKL linear, on AVX2). At most this many rounds each; two once one side is clearly ahead.
 constexpr int kRaceRounds = 3;
 constexpr double kClearlyAhead = 1.3; // the slower side's best run at least this much longer
-
-// A test-only hook: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE=1 in the environment, every compiled kernel that
-// passes the checks is kept, untimed, so a test can see a fusion applied (and its result checked) whichever side
-// would win the race on the machine running it. Nothing else reads it; it changes no answer.
-bool test_asks_for_no_race() {
-  static const bool asked = [] {
-    const char* value = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return asked;
-}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -20,9 +20,9 @@ from predictor_runner import NO_RACE_HOOK  # noqa: E402
 
 # The bind-time stage keeps a compiled kernel only where it wins a timed race against the generated kernels, and
 # which side wins depends on the machine. A test that checks a fusion is applied, and computes the right thing,
-# needs it applied wherever the test runs: this test-only hook (bind_time/call_site_specialization.cpp) keeps every
-# compiled kernel that passes the checks, untimed, in every process the tests start. The race's own tests run
-# without it (predictor_runner.race_on_environment).
+# needs it applied wherever the test runs, on a loaded machine too: this test-only hook (bind_time/test_hooks.h)
+# keeps every compiled kernel that passes the checks, and every max_pool2d run channels_last, untimed, in every
+# process the tests start. The race's own tests run without it (predictor_runner.race_on_environment).
 os.environ[NO_RACE_HOOK] = "1"
 
 

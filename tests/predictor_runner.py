@@ -22,7 +22,8 @@ class PredictorRun:
         return json.loads(self.stdout)
 
 
-# The test-only hook that keeps every compiled kernel passing the checks, untimed (set for every test: conftest.py).
+# The test-only hook that keeps every compiled kernel passing the checks (and every max_pool2d run channels_last)
+# untimed (bind_time/test_hooks.h; set for every test: conftest.py).
 NO_RACE_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE"
 
 

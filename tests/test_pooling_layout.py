@@ -52,8 +52,8 @@ def test_max_pool_runs_channels_last_and_gives_the_stock_values_and_layout(
     (pool,) = on["layout_calls"]
     assert pool["op"] == "aten::max_pool2d"
     assert pool["channels_last_calls"] + pool["stock_calls"] > 0
-    if layout == "contiguous":
-        assert pool["channels_last_calls"] > 0  # 64 x 112 x 112: 4 ms contiguous, 0.3 ms channels_last
+    if layout == "contiguous":  # kept untimed (conftest's no-race hook): every call runs channels_last
+        assert pool["channels_last_calls"] > 0 and pool["stock_calls"] == 0, pool
     assert off["layout_calls"] == []
     a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
     assert a.stride() == b.stride()
