@@ -35,17 +35,6 @@ namespace {
 // Shapes a site keeps a compiled partition for; a site called with more runs its generated kernels for them.
 constexpr size_t kMaxShapesPerSite = 4;
 
-// A test-only hook: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1 in the environment, every partition is
-// compiled with its first site's weight doubled, a kernel the checks must catch (tests/test_stage_correctness.py).
-// Nothing else reads it; it changes no generated kernel.
-bool test_asks_for_wrong_weights() {
-  static const bool asked = [] {
-    const char* value = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return asked;
-}
-
 // The chain a partition is compiled from: the sites themselves, or with the test hook a copy whose first weight
 // is wrong.
 class WrongWeights {

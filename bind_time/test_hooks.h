@@ -1,5 +1,5 @@
-// Test-only hooks of the bind-time stage, read from the environment once. Only the tests set them; none changes
-// an answer, only which of two agreeing ways of computing it runs.
+// Test-only hooks of the bind-time stage, read from the environment once. Only the tests set them: one keeps a
+// timed rewrite untimed (the answer is the same either way), one compiles wrong kernels for the checks to catch.
 #pragma once
 
 #include <cstdlib>
@@ -7,14 +7,24 @@
 
 namespace lightweight_dispatch {
 
+// Whether the environment sets `name` to "1" (read once per hook: each caller keeps the answer).
+inline bool test_hook_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "1";
+}
+
 // LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE=1: every rewrite the stage times before keeping it (a compiled kernel
 // that passed its checks, a max_pool2d run on a channels_last copy) is kept untimed, so a test sees it applied
 // whichever side would win on the machine running it (tests/conftest.py sets it for every test).
 inline bool test_asks_for_no_race() {
-  static const bool asked = [] {
-    const char* value = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE");
-    return value != nullptr && std::string(value) == "1";
-  }();
+  static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE");
+  return asked;
+}
+
+// LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1: every partition is compiled with its first site's weight doubled,
+// a kernel the checks must catch (tests/test_stage_correctness.py); it changes no generated kernel.
+inline bool test_asks_for_wrong_weights() {
+  static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS");
   return asked;
 }
 

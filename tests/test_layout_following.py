@@ -142,6 +142,10 @@ def test_a_squeeze_excitation_block_keeps_the_depthwise_result_channels_last(pre
     check_new_values(predictor, model, module, tmp_path)
     off = run(predictor, model, tmp_path / "off.pt", "--no-specialize")
     assert off["layout_calls"] == []
+    # The text report names the pool as what it is (it once called every layout call site a max_pool2d).
+    text = run_predictor(predictor, model, "--iters", "1").stdout
+    assert "bind-time: 1 adaptive_avg_pool2d call site(s) pool a site's channels_last result" in text, text
+    assert "max_pool2d" not in text, text
 
 
 @pytest.mark.parametrize("returns", ["sum", "conv"])
