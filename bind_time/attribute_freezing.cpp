@@ -4,6 +4,7 @@
 #include <bind_time/operator_facts.h>
 #include <bind_time/symbolic_stack.h>
 
+#include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
@@ -776,11 +777,42 @@ std::optional<at::Tensor> float_tensor(const c10::IValue& value, int64_t dim) {
   return t;
 }
 
+// W * scale per output channel (W's first dimension), each product in double precision rounded once to float:
+// one pass over the weight, no double-precision copy of it (ResNet-18's 11M weights made four of them).
+at::Tensor scaled_per_output_channel(const at::Tensor& weight, const at::Tensor& scale) {
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor s = scale.to(at::kDouble).contiguous();
+  at::Tensor out = at::empty(w.sizes(), w.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t channels = w.size(0), per_channel = channels == 0 ? 0 : w.numel() / channels;
+  const float* from = w.const_data_ptr<float>();
+  const double* factor = s.const_data_ptr<double>();
+  float* to = out.mutable_data_ptr<float>();
+  for (int64_t c = 0; c < channels; ++c) {
+    const double f = factor[c];
+    for (int64_t i = c * per_channel, end = i + per_channel; i < end; ++i) {
+      to[i] = static_cast<float>(static_cast<double>(from[i]) * f);
+    }
+  }
+  return out;
+}
+
+// A batch norm folded into its conv: the conv's new weight and bias.
+struct FoldedConv {
+  at::Tensor weight, bias;
+};
+
+// Folds already made, by the tensors they were made from (conv weight and bias, gamma, beta, running mean and
+// variance; null for an absent one) and eps: a model's methods that inline the same submodules (torchvision's
+// ResNet has forward and _forward_impl) share one folded weight instead of computing and holding one each.
+using FoldKey = std::pair<std::vector<const void*>, double>;
+using BatchNormFolds = std::map<FoldKey, FoldedConv>;
+
 // conv2d(input, W, b, ...) then batch_norm(that, gamma, beta, mean, var, false, momentum, eps, cudnn), every
 // argument but the input a constant pushed just before its call: the conv2d with
 // W' = W * gamma / sqrt(var + eps) (per output channel) and b' = (b - mean) * gamma / sqrt(var + eps) + beta
 // computes the pair, in double precision, rounded once to float.
-bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, AttributeFreezingReport& report) {
+bool fold_batch_norms(
+    Program& program, const torch::jit::mobile::Code& code, BatchNormFolds& folds, AttributeFreezingReport& report) {
   const std::set<size_t> targets = program.jump_targets();
   auto op_at = [&](size_t pc) -> std::string {
     const Instruction& inst = program.items[pc].inst;
@@ -870,21 +902,33 @@ bool fold_batch_norms(Program& program, const torch::jit::mobile::Code& code, At
     if (!usable || (!bias.isNone() && bias.toTensor().size(0) != channels)) {
       continue;
     }
-    c10::AutoGradMode no_grad(false); // plain tensors, not inference ones: a run may be outside inference mode
-    const at::Tensor mean = statistics[2]->to(at::kDouble), var = statistics[3]->to(at::kDouble);
-    at::Tensor scale = var.add(eps.toDouble()).sqrt().reciprocal();
-    if (statistics[0]) {
-      scale = scale.mul(statistics[0]->to(at::kDouble));
+    const auto address = [](const std::optional<at::Tensor>& t) -> const void* {
+      return t ? t->unsafeGetTensorImpl() : nullptr;
+    };
+    const FoldKey key{{weight->unsafeGetTensorImpl(), bias.isNone() ? nullptr : bias.toTensor().unsafeGetTensorImpl(),
+                          address(statistics[0]), address(statistics[1]), address(statistics[2]),
+                          address(statistics[3])},
+        eps.toDouble()};
+    auto found = folds.find(key);
+    if (found == folds.end()) {
+      c10::AutoGradMode no_grad(false); // plain tensors, not inference ones: a run may be outside inference mode
+      const at::Tensor mean = statistics[2]->to(at::kDouble), var = statistics[3]->to(at::kDouble);
+      at::Tensor scale = var.add(eps.toDouble()).sqrt().reciprocal();
+      if (statistics[0]) {
+        scale = scale.mul(statistics[0]->to(at::kDouble));
+      }
+      at::Tensor shift =
+          bias.isNone() ? mean.neg().mul(scale) : bias.toTensor().to(at::kDouble).sub(mean).mul(scale);
+      if (statistics[1]) {
+        shift = shift.add(statistics[1]->to(at::kDouble));
+      }
+      found = folds.emplace(key, FoldedConv{scaled_per_output_channel(*weight, scale), shift.to(at::kFloat).contiguous()})
+                  .first;
     }
-    at::Tensor shift = bias.isNone() ? mean.neg().mul(scale) : bias.toTensor().to(at::kDouble).sub(mean).mul(scale);
-    if (statistics[1]) {
-      shift = shift.add(statistics[1]->to(at::kDouble));
-    }
-    const at::Tensor folded_weight =
-        weight->to(at::kDouble).mul(scale.reshape({channels, 1, 1, 1})).to(at::kFloat).contiguous();
+    const at::Tensor& folded_weight = found->second.weight;
     program.constants.emplace_back(folded_weight);
     program.items[weight_pc].inst = make(opcode::LOADC, static_cast<int64_t>(program.constants.size() - 1));
-    program.constants.emplace_back(shift.to(at::kFloat).contiguous());
+    program.constants.emplace_back(found->second.bias);
     program.items[bias_pc].inst = make(opcode::LOADC, static_cast<int64_t>(program.constants.size() - 1));
     for (size_t i = 0; i <= 8; ++i) {
       program.items[bn - i].removed = true; // the batch_norm call and the constants pushed for it
@@ -950,7 +994,7 @@ bool is_method_of(const torch::jit::mobile::Function& function, const c10::IValu
 
 // The function's bytecode rewritten until nothing more changes.
 Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const c10::IValue& self,
-    size_t arguments, AttributeFreezingReport& report) {
+    size_t arguments, BatchNormFolds& folds, AttributeFreezingReport& report) {
   Program program = Program::of(code);
   for (int round = 0; round < 64; ++round) {
     bool changed = KnownValues(program, code, schema_of, self, arguments, report).rewrite();
@@ -958,7 +1002,7 @@ Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schem
     changed |= remove_dead_code(program);
     changed |= remove_dead_stores(program);
     if (!changed) {
-      changed = fold_batch_norms(program, code, report);
+      changed = fold_batch_norms(program, code, folds, report);
     }
     if (!changed) {
       break;
@@ -986,12 +1030,13 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
   const c10::IValue self = module._ivalue();
   size_t instructions_before = 0, instructions_after = 0;
   std::string refused;
+  BatchNormFolds folds;
   for (torch::jit::mobile::Function* function : functions_to_run(module)) {
     auto& code = function->get_code();
     instructions_before += code.instructions_.size();
     if (is_method_of(*function, self)) { // otherwise nothing of its arguments is known
       rewritten.push_back({function, code});
-      frozen(code, schema_of, self, function->getSchema().arguments().size(), report).write_to(code);
+      frozen(code, schema_of, self, function->getSchema().arguments().size(), folds, report).write_to(code);
       if (std::getenv("LIGHTWEIGHT_DISPATCH_PRINT_FROZEN_BYTECODE") != nullptr) {
         print_bytecode(std::cerr, function->qualname().qualifiedName(), code);
       }
@@ -1012,6 +1057,7 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
     kept.kept_because = "after freezing, " + refused;
     return kept;
   }
+  report.folded_weights = static_cast<int64_t>(folds.size());
   report.applied = report.attribute_reads > 0 || report.folded_batch_norms > 0 || report.constant_branches > 0 ||
                    report.computed_calls > 0 || report.removed_dropouts > 0;
   report.removed_instructions = static_cast<int64_t>(instructions_before) - static_cast<int64_t>(instructions_after);

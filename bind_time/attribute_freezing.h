@@ -11,7 +11,8 @@
 //   - a list of number constants built for an operator's int[] / float[] argument (a conv's stride) becomes one
 //     constant list, where the operator alone receives it;
 //   - batch_norm in inference (training a constant false, running statistics constant) right after a conv2d
-//     with constant weights is folded into that conv's weight and bias (new constants; the originals are kept).
+//     with constant weights is folded into that conv's weight and bias (new constants; the originals are kept),
+//     once per conv and batch norm: methods that inline the same submodules share the folded weights.
 //
 // When it applies: no instruction of the model assigns an attribute (SET_ATTR) or calls another function (CALL,
 // INTERFACE_CALL, which could receive a module), and after the rewrite no function of the model may write a

@@ -66,7 +66,7 @@ def test_the_text_report_says_what_freezing_did(predictor: Path, models_dir: Pat
     run = run_predictor(predictor, models_dir / "small_resnet_unfrozen.ptl", "--iters", "1")
     assert run.returncode == 0, run.stderr
     assert "bind-time: attributes frozen (no method can change them): " in run.stdout
-    assert "15 batch_norm call(s) folded into their conv2d" in run.stdout
+    assert "15 batch_norm call(s) folded into their conv2d (15 folded weight(s))" in run.stdout
 
 
 def test_no_specialize_freezes_nothing(predictor: Path, models_dir: Path) -> None:
@@ -108,6 +108,40 @@ def test_every_form_of_conv_and_batch_norm_folds_to_eagers_outputs(
     assert run["attribute_freezing"]["folded_batch_norms"] == 1
     assert run["outputs_match"] is True, run["mismatch"]
     assert len(run["specialized_sites"]) == 1
+
+
+class ForwardsToAnImplementation(torch.nn.Module):
+    """torchvision's ResNet: forward calls _forward_impl, and the lite bytecode holds both, each inlining the
+    same two conv + batch norm pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = ConvBnBlock(True, True, 1), ConvBnBlock(False, True, 8)
+
+    def _forward_impl(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward_impl(x)
+
+
+def test_methods_that_inline_the_same_batch_norms_share_their_folded_weights(
+    predictor: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(5)
+    module = ForwardsToAnImplementation().eval()
+    model = save_lite_model(module, tmp_path / "impl.ptl")
+    x = torch.randn(1, 8, 7, 7)
+    torch.save([x], tmp_path / "impl.inputs.pt")
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(x)), tmp_path / "impl.expected.pt")
+    run = run_json(predictor, model, "--atol", "1e-5")
+    freezing = run["attribute_freezing"]
+    assert freezing["folded_batch_norms"] == 4, freezing  # two in forward, two in _forward_impl
+    assert freezing["folded_weights"] == 2, freezing  # made once each
+    assert run["outputs_match"] is True, run["mismatch"]
+    text = run_predictor(predictor, model, "--iters", "1")
+    assert "4 batch_norm call(s) folded into their conv2d (2 folded weight(s))" in text.stdout, text.stdout
 
 
 class AssignsAnAttribute(torch.nn.Module):

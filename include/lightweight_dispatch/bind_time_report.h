@@ -69,6 +69,8 @@ struct AttributeFreezingReport {
   std::string kept_because;            // why it was not ("" when applied, or when there was nothing to freeze)
   int64_t attribute_reads = 0;         // GET_ATTR instructions that became constants
   int64_t folded_batch_norms = 0;      // inference batch_norm calls folded into the conv2d before them
+  int64_t folded_weights = 0;          // the folded conv weights those calls made: methods that inline the same
+                                       // conv and batch norm (forward and _forward_impl) share one
   int64_t constant_branches = 0;       // branches on a constant (self.training) resolved
   int64_t computed_calls = 0;          // calls on constants only computed at bind time (not self.training)
   int64_t removed_dropouts = 0;        // dropout calls with train false, which return their input, removed
