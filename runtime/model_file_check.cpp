@@ -56,7 +56,7 @@ class MappedFile {
       throw ModelFileError(path + ": cannot read the file");
     }
     size_ = static_cast<size_t>(status.st_size);
-    void* mapped = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* mapped = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
     if (mapped == MAP_FAILED) {
       throw ModelFileError(path + ": cannot read the file");
