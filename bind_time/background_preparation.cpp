@@ -10,16 +10,80 @@
 #include <torch/csrc/jit/runtime/instruction.h>
 
 #include <chrono>
+#include <set>
 #include <exception>
 
 namespace lightweight_dispatch {
+
+namespace {
+
+// The instructions some jump lands on.
+std::set<size_t> jump_targets(const torch::jit::mobile::Code& code) {
+  std::set<size_t> targets;
+  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+    const torch::jit::Instruction& inst = code.instructions_[pc];
+    if (inst.op == torch::jit::JF || inst.op == torch::jit::JMP || inst.op == torch::jit::LOOP) {
+      targets.insert(static_cast<size_t>(static_cast<int64_t>(pc) + inst.X));
+    }
+  }
+  return targets;
+}
+
+bool same_constant(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isDouble() && b.isDouble()) {
+    return a.toDouble() == b.toDouble();
+  }
+  if (a.isBool() && b.isBool()) {
+    return a.toBool() == b.toBool();
+  }
+  return false;
+}
+
+// Whether the call at `pc` passes `when.value` as `when.argument` on every path: the argument left to its default
+// and the default is that value, or pushed by a LOADC of that value that only single pushes (LOADC, LOAD, MOVE)
+// follow up to the call, none of them a jump target (no other path joins between the push and the call).
+bool passes_constant(const torch::jit::mobile::Code& code, size_t pc, const c10::FunctionSchema& schema,
+    const DrawsNothingWhen& when, const std::set<size_t>& targets) {
+  const torch::jit::Instruction& inst = code.instructions_[pc];
+  const int given = inst.op == torch::jit::OPN ? static_cast<int>(inst.N) : code.operator_input_sizes_[inst.X];
+  const std::optional<int> index = schema.argumentIndexWithName(when.argument);
+  if (!index || given < 0) {
+    return false;
+  }
+  if (*index >= given) {
+    const std::optional<c10::IValue>& default_value = schema.arguments()[static_cast<size_t>(*index)].default_value();
+    return default_value && same_constant(*default_value, when.value);
+  }
+  const size_t after = static_cast<size_t>(given - 1 - *index); // values pushed after the argument's
+  if (pc < after + 1) {
+    return false;
+  }
+  for (size_t i = 1; i <= after + 1; ++i) {
+    const size_t at = pc - i;
+    if (targets.count(at + 1) != 0) {
+      return false;
+    }
+    const torch::jit::OpCode op = code.instructions_[at].op;
+    const bool single_push = op == torch::jit::LOADC || op == torch::jit::LOAD || op == torch::jit::MOVE;
+    if (!single_push) {
+      return false;
+    }
+  }
+  const torch::jit::Instruction& push = code.instructions_[pc - after - 1];
+  return push.op == torch::jit::LOADC && push.X >= 0 && static_cast<size_t>(push.X) < code.constants_.size() &&
+         same_constant(code.constants_[static_cast<size_t>(push.X)], when.value);
+}
+
+} // namespace
 
 std::string why_a_preparation_run_would_show(
     const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of) {
   for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
     const auto& code = function->get_code();
     const std::string where = " (" + function->qualname().qualifiedName() + ")";
-    for (const auto& inst : code.instructions_) {
+    const std::set<size_t> targets = jump_targets(code);
+    for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
+      const torch::jit::Instruction& inst = code.instructions_[pc];
       if (inst.op == torch::jit::GET_ATTR || inst.op == torch::jit::SET_ATTR) {
         return "it reads or writes the module's attributes, state a second run could change" + where;
       }
@@ -38,6 +102,10 @@ std::string why_a_preparation_run_would_show(
       if (facts.acts_outside) {
         return "it calls " + op + ", which returns nothing and acts outside the model (prints, warns, seeds): a "
                "second run would do it again" + where;
+      }
+      const std::optional<DrawsNothingWhen> draws_nothing = draws_nothing_when(*schema);
+      if (!facts.deterministic && draws_nothing && passes_constant(code, pc, *schema, *draws_nothing, targets)) {
+        continue; // this call draws no random number: a second run gives the same results
       }
       if (!facts.deterministic) {
         return "it calls " + op + ", which " + facts.nondeterministic_because +

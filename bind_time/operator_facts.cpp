@@ -104,6 +104,14 @@ OperatorFacts operator_facts(const c10::FunctionSchema& schema) {
   return facts;
 }
 
+std::optional<DrawsNothingWhen> draws_nothing_when(const c10::FunctionSchema& schema) {
+  if (schema.name() == "aten::scaled_dot_product_attention" && schema.overload_name().empty() &&
+      schema.argumentIndexWithName("dropout_p").has_value()) {
+    return DrawsNothingWhen{"dropout_p", c10::IValue(0.0)};
+  }
+  return std::nullopt;
+}
+
 bool may_write_argument(const c10::FunctionSchema& schema, const OperatorFacts& facts, size_t index) {
   if (facts.may_alias_or_write_anything) {
     return true;

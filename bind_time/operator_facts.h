@@ -8,6 +8,9 @@
 #pragma once
 
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+
+#include <optional>
 
 #include <string>
 
@@ -35,6 +38,16 @@ struct OperatorFacts {
 // The facts about the operator `schema` describes (an operator of the c10 dispatcher, or one TorchScript's
 // interpreter implements, whose schema is all there is).
 OperatorFacts operator_facts(const c10::FunctionSchema& schema);
+
+// A nondeterministic_seeded operator that draws no random number when one argument has a given constant value:
+// scaled_dot_product_attention with dropout_p 0.0 (what a traced or eval transformer passes; its only use of
+// the generator, and a test checks it on the installed torch: the global generator's state is unchanged across
+// the call). An inference dropout needs no entry: freezing (torch.jit.freeze's or the stage's) removes it.
+struct DrawsNothingWhen {
+  std::string argument; // the argument's name in the schema
+  c10::IValue value;    // the constant that makes the call draw nothing
+};
+std::optional<DrawsNothingWhen> draws_nothing_when(const c10::FunctionSchema& schema);
 
 // Whether the call's `index`-th argument may be written: annotated as written (an in-place or out= operator), or
 // the operator may write anything.

@@ -107,6 +107,57 @@ def test_a_model_a_hidden_run_would_change_prepares_on_first_calls(
         assert run.stderr.count("lightweight_dispatch test warning") == 4, run.stderr
 
 
+class LinearThenAttention(torch.nn.Module):
+    """A frozen linear (a site to prepare), then attention, tagged nondeterministic_seeded, whose draws depend on
+    its dropout_p: a constant of the saved model, given or left to its default."""
+
+    def __init__(self, dropout_p: float | None) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.dropout_p = dropout_p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if self.dropout_p is None:
+            return torch.nn.functional.scaled_dot_product_attention(y, y, y)
+        return torch.nn.functional.scaled_dot_product_attention(y, y, y, dropout_p=self.dropout_p, is_causal=True)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "boolean"])
+def test_attention_at_dropout_0_really_draws_nothing(mask: str) -> None:
+    """The fact operator_facts.h's draws_nothing_when rests on, on the installed torch: at dropout_p 0.0 attention
+    leaves the global generator where it was (on every path its CPU kernel takes); at another value it moves it."""
+    x = torch.randn(1, 4, 8, 16)
+    masks = {"none": {}, "causal": {"is_causal": True}, "boolean": {"attn_mask": torch.rand(8, 8) > 0.3}}
+    for value, moves in ((0.0, False), (0.25, True)):
+        before = torch.get_rng_state()
+        torch.nn.functional.scaled_dot_product_attention(x, x, x, dropout_p=value, **masks[mask])
+        assert torch.equal(before, torch.get_rng_state()) is not moves, (mask, value)
+
+
+@pytest.mark.parametrize("value", [None, 0.0, 0.25])
+def test_attention_that_draws_nothing_here_prepares_in_the_background(
+    value: float | None, predictor: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(11)
+    x = torch.randn(1, 2, 8, 16)
+    module = LinearThenAttention(value).eval()
+    model = save_frozen(module, [x], tmp_path / "attention.ptl")
+    run, report = run_json(predictor, model)
+    background = report["background_preparation"]
+    (site,) = report["specialized_sites"]
+    if value is None or value == 0.0:
+        assert run.returncode == 0, run.stderr + str(report.get("mismatch"))  # eager's outputs (no draw)
+        assert background["first_call_because"] == "", background
+        assert background["runs"] == 1, background
+    else:
+        assert run.returncode in (0, 1), run.stderr  # the draws differ from eager's
+        assert background["runs"] == 0, background
+        assert background["first_call_because"].startswith(
+            "it calls aten::scaled_dot_product_attention, which is tagged nondeterministic_seeded"), background
+        assert site["specialized_calls"] + site["generated_calls"] == 4  # prepared on the first of its 4 runs
+
+
 # --- 2. a rewrite only where the bytecode proves no write can reach what it changes
 
 def saved_outputs(path: Path) -> list[torch.Tensor]:
