@@ -73,7 +73,7 @@ options:
                      follow (relu, hardtanh, silu, sigmoid, hardswish, tanh, gelu) and a residual add
                      fused in (x + conv(x), or out += x where nothing else sees the tensor written), and
                      a 1x1 conv in one kernel with the depthwise conv it feeds, wherever that kernel
-                     agrees with the generated ones and is timed faster than them (sites computing the
+                     agrees with the generated ones and is timed 5% faster than them (sites computing the
                      same problem share one timing); the report lists them, and why a site kept its
                      generated kernels
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
