@@ -59,7 +59,7 @@ class WrongWeights {
 // Every compiled kernel is timed against the generated kernels before it is kept: a cheap call's fixed cost per
 // call (~5 us) can outweigh what it saves, and on some machines a big one loses too (oneDNN Graph's matmul against
 // ATen's MKL linear, on AVX2). At most this many rounds each; two once one side is clearly ahead.
-constexpr int kRaceRounds = 3;
+constexpr int kRaceRounds = 5;
 constexpr double kClearlyAhead = 1.3; // the slower side's best run at least this much longer
 // The compiled kernel is kept only if its best run beats the generated kernels' by this much: a near tie goes to
 // the generated kernels (what --no-specialize runs), so a race that noise decides (DistilBERT's big linears,
