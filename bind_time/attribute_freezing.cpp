@@ -781,16 +781,14 @@ std::optional<at::Tensor> float_tensor(const c10::IValue& value, int64_t dim) {
 
 // W * scale per output channel (W's first dimension), each product in double precision rounded once to float:
 // one pass over the weight, no double-precision copy of it (ResNet-18's 11M weights made four of them).
-at::Tensor scaled_per_output_channel(const at::Tensor& weight, const at::Tensor& scale) {
+at::Tensor scaled_per_output_channel(const at::Tensor& weight, const std::vector<double>& scale) {
   const at::Tensor w = weight.contiguous();
-  const at::Tensor s = scale.to(at::kDouble).contiguous();
   at::Tensor out = at::empty(w.sizes(), w.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t channels = w.size(0), per_channel = channels == 0 ? 0 : w.numel() / channels;
   const float* from = w.const_data_ptr<float>();
-  const double* factor = s.const_data_ptr<double>();
   float* to = out.mutable_data_ptr<float>();
   for (int64_t c = 0; c < channels; ++c) {
-    const double f = factor[c];
+    const double f = scale[static_cast<size_t>(c)];
     for (int64_t i = c * per_channel, end = i + per_channel; i < end; ++i) {
       to[i] = static_cast<float>(static_cast<double>(from[i]) * f);
     }
@@ -827,9 +825,8 @@ FoldedConv folded_conv(const at::Tensor& weight, const std::optional<at::Tensor>
   const std::vector<double> m = per_channel(mean, channels, 0), v = per_channel(var, channels, 0);
   const std::vector<double> g = per_channel(gamma, channels, 1), b = per_channel(bias, channels, 0);
   const std::vector<double> beta_values = per_channel(beta, channels, 0);
-  at::Tensor scale = at::empty({channels}, weight.options().dtype(at::kDouble));
+  std::vector<double> scale(static_cast<size_t>(channels));
   at::Tensor shift = at::empty({channels}, weight.options());
-  double* scale_of = scale.mutable_data_ptr<double>();
   float* shift_of = shift.mutable_data_ptr<float>();
   for (size_t c = 0; c < static_cast<size_t>(channels); ++c) {
     double s = 1.0 / std::sqrt(v[c] + eps);
@@ -840,7 +837,7 @@ FoldedConv folded_conv(const at::Tensor& weight, const std::optional<at::Tensor>
     if (beta) {
       t += beta_values[c];
     }
-    scale_of[c] = s;
+    scale[c] = s;
     shift_of[c] = static_cast<float>(t);
   }
   return FoldedConv{scaled_per_output_channel(weight, scale), shift};

@@ -2,6 +2,7 @@
 
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
+#include <bind_time/symbolic_stack.h>
 #include <runtime/op_binding.h>
 
 #include <ATen/Parallel.h>
@@ -10,24 +11,12 @@
 #include <torch/csrc/jit/runtime/instruction.h>
 
 #include <chrono>
-#include <set>
 #include <exception>
+#include <set>
 
 namespace lightweight_dispatch {
 
 namespace {
-
-// The instructions some jump lands on.
-std::set<size_t> jump_targets(const torch::jit::mobile::Code& code) {
-  std::set<size_t> targets;
-  for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
-    const torch::jit::Instruction& inst = code.instructions_[pc];
-    if (inst.op == torch::jit::JF || inst.op == torch::jit::JMP || inst.op == torch::jit::LOOP) {
-      targets.insert(static_cast<size_t>(static_cast<int64_t>(pc) + inst.X));
-    }
-  }
-  return targets;
-}
 
 bool same_constant(const c10::IValue& a, const c10::IValue& b) {
   if (a.isDouble() && b.isDouble()) {
@@ -81,7 +70,7 @@ std::string why_a_preparation_run_would_show(
   for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
     const auto& code = function->get_code();
     const std::string where = " (" + function->qualname().qualifiedName() + ")";
-    const std::set<size_t> targets = jump_targets(code);
+    const std::set<size_t> targets = jump_targets(code.instructions_);
     for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
       const torch::jit::Instruction& inst = code.instructions_[pc];
       if (inst.op == torch::jit::GET_ATTR || inst.op == torch::jit::SET_ATTR) {

@@ -9,11 +9,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 namespace lightweight_dispatch {
+
+// Instructions some jump lands on: where another path joins, so what the stack holds there may come from either.
+inline std::set<size_t> jump_targets(const std::vector<torch::jit::Instruction>& instructions) {
+  std::set<size_t> targets;
+  for (size_t pc = 0; pc < instructions.size(); ++pc) {
+    const torch::jit::Instruction& inst = instructions[pc];
+    if (inst.op == torch::jit::JF || inst.op == torch::jit::JMP || inst.op == torch::jit::LOOP) {
+      targets.insert(static_cast<size_t>(static_cast<int64_t>(pc) + inst.X));
+    }
+  }
+  return targets;
+}
 
 class SymbolicStack {
  public:

@@ -34,18 +34,6 @@ int64_t schema_arguments(SiteOp op) {
   return op == SiteOp::Conv2d ? 7 : 3;
 }
 
-// Instructions some jump lands on: a site must not contain one, or its arguments come from several paths.
-std::set<size_t> jump_targets(const std::vector<Instruction>& instructions) {
-  std::set<size_t> targets;
-  for (size_t pc = 0; pc < instructions.size(); ++pc) {
-    const Instruction& inst = instructions[pc];
-    if (inst.op == opcode::JF || inst.op == opcode::JMP || inst.op == opcode::LOOP) {
-      targets.insert(static_cast<size_t>(static_cast<int64_t>(pc) + inst.X));
-    }
-  }
-  return targets;
-}
-
 bool lands_inside(const std::set<size_t>& targets, size_t first, size_t last) {
   const auto found = targets.lower_bound(first);
   return found != targets.end() && *found <= last;

@@ -93,17 +93,22 @@ class ConvBnBlock(torch.nn.Module):
         return torch.relu(self.bn(self.conv(x)))
 
 
+def save_with_eagers_outputs(module: torch.nn.Module, x: torch.Tensor, stem: Path) -> Path:
+    """Scripts `module` unfrozen to STEM.ptl, with `x` as STEM.inputs.pt and eager's outputs as STEM.expected.pt."""
+    model = save_lite_model(module, stem.with_suffix(".ptl"))
+    torch.save([x], stem.with_suffix(".inputs.pt"))
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(x)), stem.with_suffix(".expected.pt"))
+    return model
+
+
 @pytest.mark.parametrize("bias, affine, groups", [(False, True, 1), (True, True, 1), (True, False, 1), (False, True, 8)])
 def test_every_form_of_conv_and_batch_norm_folds_to_eagers_outputs(
     bias: bool, affine: bool, groups: int, predictor: Path, tmp_path: Path
 ) -> None:
     torch.manual_seed(3)
     module = ConvBnBlock(bias, affine, groups).eval()
-    model = save_lite_model(module, tmp_path / "block.ptl")
-    x = torch.randn(2, 8, 9, 9)
-    torch.save([x], tmp_path / "block.inputs.pt")
-    with torch.no_grad():
-        torch.save(flatten_outputs(module(x)), tmp_path / "block.expected.pt")
+    model = save_with_eagers_outputs(module, torch.randn(2, 8, 9, 9), tmp_path / "block")
     run = run_json(predictor, model, "--atol", "1e-5")
     assert run["attribute_freezing"]["folded_batch_norms"] == 1
     assert run["outputs_match"] is True, run["mismatch"]
@@ -130,11 +135,7 @@ def test_methods_that_inline_the_same_batch_norms_share_their_folded_weights(
 ) -> None:
     torch.manual_seed(5)
     module = ForwardsToAnImplementation().eval()
-    model = save_lite_model(module, tmp_path / "impl.ptl")
-    x = torch.randn(1, 8, 7, 7)
-    torch.save([x], tmp_path / "impl.inputs.pt")
-    with torch.no_grad():
-        torch.save(flatten_outputs(module(x)), tmp_path / "impl.expected.pt")
+    model = save_with_eagers_outputs(module, torch.randn(1, 8, 7, 7), tmp_path / "impl")
     run = run_json(predictor, model, "--atol", "1e-5")
     freezing = run["attribute_freezing"]
     assert freezing["folded_batch_norms"] == 4, freezing  # two in forward, two in _forward_impl
