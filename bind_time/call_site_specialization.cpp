@@ -3,6 +3,7 @@
 #include <bind_time/onednn_partition.h>
 #include <bind_time/operator_facts.h>
 #include <bind_time/preparation_run.h>
+#include <bind_time/race.h>
 #include <bind_time/result_check.h>
 #include <bind_time/test_hooks.h>
 #include <runtime/op_binding.h>
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <set>
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <chrono>
 #include <map>
@@ -55,16 +55,6 @@ class WrongWeights {
   SiteChain chain_;
   WeightSite first_;
 };
-
-// Every compiled kernel is timed against the generated kernels before it is kept: a cheap call's fixed cost per
-// call (~5 us) can outweigh what it saves, and on some machines a big one loses too (oneDNN Graph's matmul against
-// ATen's MKL linear, on AVX2). At most this many rounds each; two once one side is clearly ahead.
-constexpr int kRaceRounds = 5;
-constexpr double kClearlyAhead = 1.3; // the slower side's best run at least this much longer
-// The compiled kernel is kept only if its best run beats the generated kernels' by this much: a near tie goes to
-// the generated kernels (what --no-specialize runs), so a race that noise decides (DistilBERT's big linears,
-// within a few percent of each other on a busy machine) cannot make the stage slower than no stage.
-constexpr double kWinningMargin = 1.05;
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -472,25 +462,13 @@ class SiteKernel {
     return agrees_within_tolerance(compiled, expected);
   }
 
-  // Whether the compiled kernel beats the generated kernels, each timed over a few runs on this call's own tensors
-  // (the best run of each; two rounds only, once one is clearly ahead).
+  // Whether the compiled kernel beats the generated kernels, each timed on this call's own tensors (race.h).
   bool compiled_is_faster(const OnednnPartition& partition, const torch::jit::Stack& arguments,
       const at::Tensor& input, const at::Tensor* residual) const {
-    double compiled = INFINITY, generated = INFINITY;
     partition.run(input, residual); // oneDNN finishes preparing the weight on the run after compiling
-    for (int round = 0; round < kRaceRounds; ++round) {
-      auto start = std::chrono::steady_clock::now();
-      partition.run(input, residual);
-      compiled = std::min(compiled, ms_since(start));
-      torch::jit::Stack stack = fresh_copy(arguments);
-      start = std::chrono::steady_clock::now();
-      run_generated_kernels(stack);
-      generated = std::min(generated, ms_since(start));
-      if (round > 0 && std::max(compiled, generated) > kClearlyAhead * std::min(compiled, generated)) {
-        break;
-      }
-    }
-    return compiled * kWinningMargin < generated;
+    torch::jit::Stack stack;
+    return compiled_wins_race([&] { partition.run(input, residual); }, [&] { run_generated_kernels(stack); },
+        [&] { stack = fresh_copy(arguments); });
   }
 
   static std::string describe(const at::Tensor& t) {
