@@ -93,8 +93,8 @@ build_cross() {
   file "$CROSS_DIR/lite_predictor" 2> /dev/null || true
 }
 
-# The tests that build this tree from scratch in folders of their own (a user's SELECTED_MODELS build, the
-# stock build, an all-ops shard) spend minutes compiling on every core; most of the others run on one. The whole
+# The tests that build this tree from scratch in folders of their own (a user's SELECTED_MODELS build, an
+# all-ops shard) spend minutes compiling on every core; most of the others run on one. The whole
 # suite runs as two pytest processes at once, those builds in one: on 2 cores 11m22 against 19m23 in one process
 # (721 tests). Extra arguments (-x, -k EXPR, ...) go to one pytest process over the whole suite.
 BUILDING_TESTS=(tests/test_user_build.py tests/test_cmake_configure.py)
