@@ -720,8 +720,8 @@ void fold_calls(torch::jit::mobile::Code& code, const std::string& function, con
 
 } // namespace
 
-std::shared_ptr<Specialization> specialize_call_sites(
-    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call) {
+std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
+    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call) {
   auto result = std::make_shared<Specialization>();
   const auto verdicts = std::make_shared<RaceVerdicts>();
   const ReturnCount returns_of = return_counts_from(schema_of);
@@ -737,6 +737,7 @@ std::shared_ptr<Specialization> specialize_call_sites(
     // Before any instruction is re-bound.
     const std::vector<size_t> max_pools = find_max_pool_calls(code);
     const std::vector<size_t> average_pools = find_adaptive_avg_pool_calls(code);
+    const std::vector<size_t> elementwise = find_in_place_candidates(code);
     const SiteDataflow flow = trace_until_residual_writes_proven(code, sites, returns_of, schema_of,
         std::set<size_t>(max_pools.begin(), max_pools.end()),
         std::set<size_t>(average_pools.begin(), average_pools.end()));
@@ -814,8 +815,40 @@ std::shared_ptr<Specialization> specialize_call_sites(
           {LayoutCallSite{function_name, pc, "aten::adaptive_avg_pool2d", 0, 0}, std::move(kernel)});
     }
     fold_calls(code, function_name, schema_of, taken, result->folded_);
+    for (size_t pc : elementwise) {
+      const auto& inst = code.instructions_[pc];
+      const int given = code.operator_input_sizes_[inst.X];
+      const std::string op = op_display_name(code.op_names_[inst.X]);
+      const BoxedKernel in_place = kernel_of(in_place_overload_of(op));
+      if (taken.count(pc) != 0 || result->folds(function_name, pc) || given < 2 || in_place == nullptr) {
+        continue;
+      }
+      auto kernel = std::make_shared<InPlaceElementwiseKernel>(
+          op == "aten::mul.Tensor" ? ElementwiseOp::Mul : ElementwiseOp::Add, code.operators_[inst.X], in_place,
+          static_cast<size_t>(given));
+      rebind_instruction(code, pc, [kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      taken.insert(pc);
+      result->in_place_.push_back({InPlaceCallSite{function_name, pc, op, 0, 0}, std::move(kernel)});
+    }
   }
   return result;
+}
+
+std::vector<InPlaceCallSite> Specialization::in_place_calls() const {
+  std::vector<InPlaceCallSite> reports;
+  for (const InPlace& call : in_place_) {
+    InPlaceCallSite report = call.report;
+    report.in_place_calls = call.kernel->in_place_calls();
+    report.allocating_calls = call.kernel->allocating_calls();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+bool Specialization::writes_in_place(const std::string& function, size_t instruction) const {
+  return std::any_of(in_place_.begin(), in_place_.end(), [&](const InPlace& call) {
+    return call.report.instruction == instruction && call.report.function == function;
+  });
 }
 
 std::vector<LayoutCallSite> Specialization::layout_calls() const {

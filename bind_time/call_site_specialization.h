@@ -16,6 +16,7 @@
 #pragma once
 
 #include <bind_time/folded_values.h>
+#include <bind_time/in_place_elementwise.h>
 #include <bind_time/pooling_layout.h>
 #include <bind_time/weight_sites.h>
 #include <lightweight_dispatch/bind_time_report.h>
@@ -45,6 +46,10 @@ class Specialization {
     LayoutCallSite report;
     std::shared_ptr<LayoutKernelCounts> kernel;
   };
+  struct InPlace {
+    InPlaceCallSite report;
+    std::shared_ptr<InPlaceElementwiseKernel> kernel;
+  };
 
   // Every re-bound site, with its counters now.
   std::vector<SpecializedCallSite> sites() const;
@@ -56,6 +61,9 @@ class Specialization {
   // Every call site run in another layout (pooling_layout.h), with its counters now; whether `instruction` is one.
   std::vector<LayoutCallSite> layout_calls() const;
   bool changes_layout(const std::string& function, size_t instruction) const;
+  // Every product or sum written in place (in_place_elementwise.h), with its counters now; whether `instruction` is one.
+  std::vector<InPlaceCallSite> in_place_calls() const;
+  bool writes_in_place(const std::string& function, size_t instruction) const;
   // `output` of a run on this thread with every tensor that shares memory with a result the folded calls handed
   // to the run cloned (its caller may write to it); `output` itself when nothing is folded.
   c10::IValue protect_folded(c10::IValue output) const;
@@ -66,7 +74,7 @@ class Specialization {
   }
   // Whether no call site was re-bound: no site, folded call or layout kernel.
   bool rebinds_nothing() const {
-    return sites_.empty() && folded_.empty() && layouts_.empty();
+    return sites_.empty() && folded_.empty() && layouts_.empty() && in_place_.empty();
   }
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
   bool may_return_channels_last() const {
@@ -74,20 +82,22 @@ class Specialization {
   }
 
  private:
-  friend std::shared_ptr<Specialization> specialize_call_sites(
-      torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
+  friend std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
+      const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call);
   std::vector<Site> sites_;
   std::vector<Folded> folded_;
   std::vector<Layout> layouts_;
+  std::vector<InPlace> in_place_;
   bool returns_channels_last_ = false;
 };
 
 // Re-binds the module's specialisable call sites and folds what depends only on constants and input shapes
 // (bind_static must have run); `schema_of` gives each operator's schema, for tracing where values go. With
 // `prepare_on_first_call` a site's call meeting a new shape prepares it; without, only a preparation run does
-// (background_preparation.h). The re-bound operators hold their own state: the result only reports on them.
-std::shared_ptr<Specialization> specialize_call_sites(
-    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, bool prepare_on_first_call);
+// (background_preparation.h). `kernel_of` finds the generated kernels of the in-place overloads the stage calls.
+// The re-bound operators hold their own state: the result only reports on them.
+std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
+    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call);
 
 // Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
 // which the stock kernels, too, would return channels_last results).

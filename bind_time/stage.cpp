@@ -9,8 +9,8 @@
 
 namespace lightweight_dispatch {
 
-std::unique_ptr<Stage> Stage::offer(
-    torch::jit::mobile::Module& module, const OperatorSchema& schema_of, Preparation preparation, MethodRun run) {
+std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
+    const GeneratedKernelOf& kernel_of, Preparation preparation, MethodRun run) {
   std::unique_ptr<Stage> stage(new Stage());
   stage->run_ = std::move(run);
   stage->freezing_ = freeze_attributes(module, schema_of); // first: the other rewrites then see constants
@@ -19,7 +19,7 @@ std::unique_ptr<Stage> Stage::offer(
     stage->first_call_because_ = why_a_preparation_run_would_show(module, schema_of);
     background = stage->first_call_because_.empty();
   }
-  stage->specialization_ = specialize_call_sites(module, schema_of, !background);
+  stage->specialization_ = specialize_call_sites(module, schema_of, kernel_of, !background);
   if (!stage->specialization_->has_sites()) {
     stage->first_call_because_.clear(); // nothing to prepare either way
   }
@@ -72,6 +72,9 @@ std::optional<std::string> Stage::runs(
   if (specialization_->changes_layout(function, instruction)) {
     return bound_path + "+channels_last";
   }
+  if (specialization_->writes_in_place(function, instruction)) {
+    return bound_path + "+in_place";
+  }
   return std::nullopt;
 }
 
@@ -81,6 +84,10 @@ std::vector<SpecializedCallSite> Stage::sites() const {
 
 std::vector<LayoutCallSite> Stage::layout_calls() const {
   return specialization_->layout_calls();
+}
+
+std::vector<InPlaceCallSite> Stage::in_place_calls() const {
+  return specialization_->in_place_calls();
 }
 
 std::vector<FoldedCallSite> Stage::folded_calls() const {

@@ -8,6 +8,7 @@
 // which rewrites exist, how they are proven, prepared and checked — stays inside bind_time/.
 #pragma once
 
+#include <bind_time/in_place_elementwise.h>
 #include <lightweight_dispatch/bind_time_report.h>
 #include <runtime/op_binding.h>
 
@@ -32,10 +33,11 @@ class Stage {
   using MethodRun = std::function<c10::IValue(const std::string& method, std::vector<c10::IValue> inputs)>;
 
   // The stage's rewrites of `module`, whose every call site is bound already (bind_static); `schema_of` gives
-  // each operator's schema, `run` runs a method as the runtime does (used for background preparation runs,
-  // which may outlive no caller: the Stage must be destroyed before what `run` uses).
-  static std::unique_ptr<Stage> offer(
-      torch::jit::mobile::Module& module, const OperatorSchema& schema_of, Preparation preparation, MethodRun run);
+  // each operator's schema, `kernel_of` the build's generated kernels by operator (read during the call only),
+  // `run` runs a method as the runtime does (used for background preparation runs, which may outlive no caller:
+  // the Stage must be destroyed before what `run` uses).
+  static std::unique_ptr<Stage> offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
+      const GeneratedKernelOf& kernel_of, Preparation preparation, MethodRun run);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
@@ -51,6 +53,7 @@ class Stage {
   std::vector<SpecializedCallSite> sites() const;
   std::vector<FoldedCallSite> folded_calls() const;
   std::vector<LayoutCallSite> layout_calls() const;
+  std::vector<InPlaceCallSite> in_place_calls() const;
   // Returns once no background preparation run is running.
   void wait_for_kernels() const;
   BackgroundPreparationStatus background_preparation() const;

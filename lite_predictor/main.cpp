@@ -340,6 +340,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.folded_calls = module.folded_calls();
   report.attribute_freezing = module.attribute_freezing();
   report.layout_calls = module.layout_calls(); // after the runs: their counters
+  report.in_place_calls = module.in_place_calls();
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;

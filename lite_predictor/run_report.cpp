@@ -158,27 +158,51 @@ void print_call_site_summary(std::ostream& out, const RunReport& report) {
   out << ")\n";
 }
 
+// Per operator: how many call sites, and two of their counters summed.
+struct OpCounts {
+  size_t sites = 0;
+  int64_t first = 0, second = 0;
+};
+
+template <typename Call, typename Counter>
+std::map<std::string, OpCounts> counts_by_op(const std::vector<Call>& calls, Counter first, Counter second) {
+  std::map<std::string, OpCounts> by_op;
+  for (const Call& call : calls) {
+    OpCounts& counts = by_op[call.op];
+    counts.sites += 1;
+    counts.first += call.*first;
+    counts.second += call.*second;
+  }
+  return by_op;
+}
+
+std::string short_op_name(const std::string& op) {
+  return op.rfind("aten::", 0) == 0 ? op.substr(6) : op;
+}
+
 // The call sites run in another layout, one line per operator.
 void print_layout_text(std::ostream& out, const RunReport& report) {
-  struct Counts {
-    size_t sites = 0;
-    int64_t channels_last = 0, stock = 0;
-  };
-  std::map<std::string, Counts> by_op;
-  for (const LayoutCallSite& call : report.layout_calls) {
-    Counts& counts = by_op[call.op];
-    counts.sites += 1;
-    counts.channels_last += call.channels_last_calls;
-    counts.stock += call.stock_calls;
-  }
+  const auto by_op =
+      counts_by_op(report.layout_calls, &LayoutCallSite::channels_last_calls, &LayoutCallSite::stock_calls);
   for (const auto& [op, counts] : by_op) {
     const bool max_pool = op == "aten::max_pool2d";
-    out << "bind-time: " << counts.sites << " " << (op.rfind("aten::", 0) == 0 ? op.substr(6) : op)
+    out << "bind-time: " << counts.sites << " " << short_op_name(op)
         << (max_pool ? " call site(s) run channels_last where that is faster (results contiguous as the stock "
                        "kernel gives them, the same values): "
                      : " call site(s) pool a site's channels_last result as it is where that agrees with the "
                        "contiguous input's result within 1e-5: ")
-        << counts.channels_last << " call(s) channels_last, " << counts.stock << " as the stock kernels would\n";
+        << counts.first << " call(s) channels_last, " << counts.second << " as the stock kernels would\n";
+  }
+}
+
+// The products and sums written in place, one line per operator.
+void print_in_place_text(std::ostream& out, const RunReport& report) {
+  const auto by_op =
+      counts_by_op(report.in_place_calls, &InPlaceCallSite::in_place_calls, &InPlaceCallSite::allocating_calls);
+  for (const auto& [op, counts] : by_op) {
+    out << "bind-time: " << counts.sites << " " << short_op_name(op)
+        << " call site(s) write into an operand nothing else holds (the same values, no result to allocate): "
+        << counts.first << " call(s) in place, " << counts.second << " allocating as the stock kernels do\n";
   }
 }
 
@@ -191,6 +215,7 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   print_call_site_summary(out, report);
   print_folded_text(out, report);
   print_layout_text(out, report);
+  print_in_place_text(out, report);
   if (report.specialized_sites.empty()) {
     out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
     return;
@@ -287,6 +312,13 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
     out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": "
         << call.instruction << ", \"op\": " << json_string(call.op) << ", \"channels_last_calls\": "
         << call.channels_last_calls << ", \"stock_calls\": " << call.stock_calls << "}";
+  }
+  out << "], \"in_place_calls\": [";
+  for (size_t i = 0; i < report.in_place_calls.size(); ++i) {
+    const InPlaceCallSite& call = report.in_place_calls[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": "
+        << call.instruction << ", \"op\": " << json_string(call.op) << ", \"in_place_calls\": "
+        << call.in_place_calls << ", \"allocating_calls\": " << call.allocating_calls << "}";
   }
   out << "], \"folded_calls\": [";
   for (size_t i = 0; i < report.folded_calls.size(); ++i) {

@@ -23,6 +23,7 @@ struct RunReport {
   std::vector<FoldedCallSite> folded_calls;
   AttributeFreezingReport attribute_freezing;
   std::vector<LayoutCallSite> layout_calls;
+  std::vector<InPlaceCallSite> in_place_calls;
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

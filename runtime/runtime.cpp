@@ -220,7 +220,11 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
         }
         return found->second ? &*found->second : nullptr;
       };
-      impl->stage = Stage::offer(impl->module, schema_of, options.preparation,
+      const GeneratedKernelOf kernel_of = [&index](const std::string& op) -> BoxedKernel {
+        const GeneratedKernel* kernel = index.find(op);
+        return kernel != nullptr && kernel->dispatcher_reason == nullptr ? kernel->unboxed : nullptr;
+      };
+      impl->stage = Stage::offer(impl->module, schema_of, kernel_of, options.preparation,
           [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
             return model->run(method, std::move(inputs));
           });
@@ -336,6 +340,10 @@ void Model::wait_for_kernels() const {
 
 std::vector<LayoutCallSite> Model::layout_calls() const {
   return impl_->stage ? impl_->stage->layout_calls() : std::vector<LayoutCallSite>{};
+}
+
+std::vector<InPlaceCallSite> Model::in_place_calls() const {
+  return impl_->stage ? impl_->stage->in_place_calls() : std::vector<InPlaceCallSite>{};
 }
 
 AttributeFreezingReport Model::attribute_freezing() const {

@@ -36,6 +36,7 @@ from tools.jit_ops import dispatcher_has_operator, jit_operator_names
 from tools.native_ops import NativeCatalog, NativeOp, load_native_catalog
 from tools.quantized_ops import DEFAULT_QUANTIZED_OPS_YAML, QuantizedOp, QuantizedOpsError, load_quantized_ops
 from tools.selection import OpSelectionError, load_op_selection
+from tools.stage_companions import Companion, stage_companions
 
 DEFAULT_NUM_SHARDS = 4
 # The backends static dispatch can call kernels of; CPU is required. PyTorch's static dispatch took such a list too.
@@ -195,6 +196,7 @@ def render_report(
     selected: int | None,
     backends: tuple[str, ...] = ("CPU",),
     quantized: dict[str, QuantizedOp] | None = None,
+    companions: tuple[Companion, ...] = (),
 ) -> str:
     quantized = quantized or {}
     report = {
@@ -211,6 +213,8 @@ def render_report(
         # The only generated functions that call into the c10 dispatcher, each with the reason.
         "dispatcher_path": [{"name": k.op_name, "reason": k.dispatcher_reason} for k in result.kernels if k.dispatcher_reason],
         "jit_native": list(result.jit_native),
+        # Not selected: generated for the bind-time stage, which calls each instead of the selected one it serves.
+        "stage_companions": [{"name": c.name, "serves": c.serves} for c in companions],
         "unsupported": [{"name": n, "reason": r} for n, r in result.unsupported],
         "kernels_by_dispatch_key": _count_by_key(catalog, result, frozenset(quantized)),
     }
@@ -281,6 +285,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     catalog = load_native_catalog()
+    companions: tuple[Companion, ...] = ()
     try:
         backends = parse_backends(args.backends)
         custom = load_custom_ops(args.custom_ops_yaml)
@@ -293,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
             if selection.include_all_operators:
                 result = generate_all(catalog, custom, quantized, backends)
             else:
+                companions = stage_companions(selection.names, catalog)
                 result = generate_for_names(
-                    catalog, sorted(selection.names), jit_operator_names(), custom, quantized, backends
+                    catalog, sorted(selection.names | {c.name for c in companions}), jit_operator_names(), custom,
+                    quantized, backends,
                 )
             source, selected = args.op_selection_yaml_path.name, len(selection.ops)
     except (OpSelectionError, GenerationError, CustomOpsError, QuantizedOpsError) as error:
@@ -305,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_unboxing: error: selected operators that cannot be statically dispatched:\n{lines}", file=sys.stderr)
         return 1
     files = render_outputs(result, args.num_shards, source, custom)
-    files["codegen_report.json"] = render_report(catalog, result, selected, backends, quantized)
+    files["codegen_report.json"] = render_report(catalog, result, selected, backends, quantized, companions)
     written = [name for name, content in sorted(files.items()) if write_if_changed(args.install_dir / name, content)]
     print(
-        f"gen_unboxing: {len(result.kernels)} kernels ({'; '.join(backends)}), "
+        f"gen_unboxing: {len(result.kernels)} kernels ({'; '.join(backends)}; {len(companions)} for the bind-time stage), "
         f"{sum(1 for k in result.kernels if k.dispatcher_reason)} through the dispatcher, "
         f"{len(result.jit_native)} JIT-native ops kept, "
         f"{len(result.unsupported)} unsupported; {len(written)} of {len(files)} files rewritten in {args.install_dir}"

@@ -62,6 +62,16 @@ struct LayoutCallSite {
   int64_t stock_calls = 0;         // calls run as the stock kernels would (not faster, not agreeing, or n/a)
 };
 
+// An out-of-place product or sum the bind-time stage writes into an operand that nothing else holds at that call
+// (the interpreter moved it out at its last use): the same values, with no result to allocate.
+struct InPlaceCallSite {
+  std::string function;
+  size_t instruction = 0;
+  std::string op;                // "aten::mul.Tensor", "aten::add.Tensor"
+  int64_t in_place_calls = 0;    // calls that wrote into an operand
+  int64_t allocating_calls = 0;  // calls run as the stock kernels would (an operand held elsewhere, another dtype)
+};
+
 // Bind-time freezing (the stage's first step): a model saved without torch.jit.freeze reads its weights as module
 // attributes; where no method can change them, the stage reads them as constants, as freezing would have.
 struct AttributeFreezingReport {

@@ -189,6 +189,8 @@ class Model {
   std::vector<FoldedCallSite> folded_calls() const;
   // The call sites it runs in another layout where that is faster (max_pool2d), with their counters now.
   std::vector<LayoutCallSite> layout_calls() const;
+  // The products and sums it writes into an operand nothing else holds, with their counters now.
+  std::vector<InPlaceCallSite> in_place_calls() const;
   // Preparation::Background: returns once no preparation run is running (at once otherwise). After the first
   // call returns and this, every site that call reached has its kernel for that call's shapes (or keeps its
   // generated kernels, with a note).
