@@ -83,3 +83,26 @@ def test_a_pooled_result_is_the_stock_kernels_bit_for_bit(predictor: Path, tmp_p
     assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
     assert torch.equal(torch.signbit(a), torch.signbit(b))
     assert on["layout_calls"][0]["channels_last_calls"] + on["layout_calls"][0]["stock_calls"] > 0
+
+
+def test_a_stem_on_its_generated_kernels_still_hands_the_pool_a_channels_last_map(
+    predictor: Path, tmp_path: Path
+) -> None:
+    # Every partition compiled wrong (test hook): each site falls back to its generated kernels. The stem's result
+    # only reaches the pool and the next conv, so it is planned channels_last; the generated conv on the caller's
+    # contiguous image makes it contiguous, and the site must lay it out as planned, or the pool pools a copy and
+    # hands the next conv a contiguous map (the strides its note names).
+    from test_stage_correctness import run_with_wrong_weights
+
+    torch.manual_seed(2)
+    x = torch.randn(1, 3, 224, 224)
+    model = save_frozen(StemThenPool(conv_first=True), [x], tmp_path / "stem.ptl")
+    run, report = run_with_wrong_weights(predictor, model)
+    assert run.returncode == 0, run.stderr
+    assert report["outputs_match"] is True, report["mismatch"]
+    stem, conv = report["specialized_sites"]
+    assert stem["result_layout"] == "channels_last"
+    assert stem["specialized_calls"] == 0 and conv["specialized_calls"] == 0
+    assert conv["notes"][0].startswith("input [1, 64, 56, 56] strides [200704, 1, 3584, 64] Float:"), conv["notes"]
+    (pool,) = report["layout_calls"]
+    assert pool["stock_calls"] == 0
