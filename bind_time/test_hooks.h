@@ -1,5 +1,6 @@
 // Test-only hooks of the bind-time stage, read from the environment once. Only the tests set them: one keeps a
-// timed rewrite untimed (the answer is the same either way), one compiles wrong kernels for the checks to catch.
+// timed rewrite untimed (the answer is the same either way), one makes every race go to the generated kernels, one
+// compiles wrong kernels for the checks to catch.
 #pragma once
 
 #include <cstdlib>
@@ -18,6 +19,13 @@ inline bool test_hook_set(const char* name) {
 // whichever side would win on the machine running it (tests/conftest.py sets it for every test).
 inline bool test_asks_for_no_race() {
   static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE");
+  return asked;
+}
+
+// LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS=1: every race of a compiled kernel against the generated kernels is
+// run, then lost, so a test sees where each race ran (the note it leaves) whichever side its machine favours.
+inline bool test_asks_generated_kernels_to_win() {
+  static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS");
   return asked;
 }
 

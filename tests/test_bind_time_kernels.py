@@ -636,3 +636,42 @@ def test_sites_computing_the_same_problem_share_one_race(prepare: str, predictor
     again = run_saving(predictor, model, tmp_path / "fresh_out.pt", "--prepare", prepare, "--input",
                        tmp_path / "fresh.pt", "--expected", tmp_path / "fresh.expected.pt", env=race_on_environment())
     assert again["outputs_match"] is True, again["mismatch"]
+
+
+class ConvThenRelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 32, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv(x))
+
+
+@pytest.mark.parametrize(("threads", "prepare", "on_callers_thread"),
+                         [(2, "background", True), (1, "background", False), (2, "first-call", False)])
+def test_a_race_runs_on_a_thread_that_times_like_the_callers(
+    threads: int, prepare: str, on_callers_thread: bool, predictor: Path, tmp_path: Path
+) -> None:
+    # With several intra-op threads, a background run's thread has an OpenMP team of its own beside the caller's,
+    # and times kernels 2-3x slower than the caller's thread (libgomp stops spinning with more team threads than
+    # cores): it compiles and checks, and leaves the race to the caller's next call of that shape. The hook makes
+    # every race go to the generated kernels, so the note says where it ran.
+    torch.manual_seed(3)
+    module = ConvThenRelu().eval()
+    model = save_frozen(module, [torch.randn(1, 16, 32, 32)], tmp_path / "conv.ptl")
+    env = race_on_environment() | {"LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS": "1"}
+    report = run_saving(predictor, model, tmp_path / "out.pt", "--prepare", prepare, "--threads", threads, env=env)
+    assert report["outputs_match"] is True, report["mismatch"]
+    (site,) = report["specialized_sites"]
+    (note,) = site["notes"]
+    assert note.endswith(GENERATED_WON), note
+    assert ("timed on the caller's thread" in note) == on_callers_thread, note
+    assert site["specialized_calls"] == 0 and site["generated_calls"] == 1 + later_runs(report), site
+    # New values, after the race: the generated kernels' answer is eager's.
+    fresh = torch.randn(1, 16, 32, 32)
+    torch.save([fresh], tmp_path / "fresh.pt")
+    with torch.no_grad():
+        torch.save([module(fresh)], tmp_path / "fresh.expected.pt")
+    again = run_saving(predictor, model, tmp_path / "fresh_out.pt", "--prepare", prepare, "--threads", threads,
+                       "--input", tmp_path / "fresh.pt", "--expected", tmp_path / "fresh.expected.pt", env=env)
+    assert again["outputs_match"] is True, again["mismatch"]
