@@ -82,8 +82,11 @@ options:
                      waits for it before the warm-up, and compares and saves the outputs of a run made
                      after it. first-call: the first run compiles and checks each site as it reaches it
                      (a slower first run; every run's outputs from the kernels each site keeps)
-  --default-malloc   leave glibc's allocator thresholds as they are; by default they are raised so that an
-                     inference's large temporaries are reused from the heap, not mmap'd afresh each call
+  --default-malloc   leave glibc's allocator as it is. By default its thresholds are raised so that an
+                     inference's large temporaries are reused from the heap, not mmap'd afresh each call,
+                     and (Linux, where transparent huge pages are "madvise" or "always") 128 MB of heap is
+                     grown ahead of the model and advised for 2 MB pages, so weights and activations sit
+                     on huge pages: fewer page-table walks on a run after other work evicted the caches
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas

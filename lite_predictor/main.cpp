@@ -73,6 +73,7 @@ ld::Model load_model(const ld::Options& options) {
       options.interpreter == ld::InterpreterKind::Lightweight ? ld::Interpreter::Lightweight : ld::Interpreter::Stock;
   load_options.quantized_engine = options.qengine;
   load_options.keep_large_allocations_in_heap = !options.default_malloc;
+  load_options.heap_on_huge_pages = !options.default_malloc;
   load_options.specialize = options.specialize;
   load_options.preparation = options.prepare_on_first_call ? ld::Preparation::FirstCall : ld::Preparation::Background;
   try {
@@ -327,6 +328,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   const std::vector<at::Tensor> outputs = flatten(output);
   report.num_outputs = outputs.size();
   time_steady_state(module, inputs, options, report);
+  report.huge_pages = ld::huge_pages();
   if (options.profile_ops) {
     profile_ops(module, inputs, options, report);
   }

@@ -206,6 +206,22 @@ void print_in_place_text(std::ostream& out, const RunReport& report) {
   }
 }
 
+// Whether the heap was advised for transparent huge pages, and how much of the process sits on them.
+void print_huge_pages_text(std::ostream& out, const RunReport& report) {
+  const HugePages& pages = report.huge_pages;
+  constexpr size_t kMegabyte = size_t{1} << 20;
+  out << "memory:    ";
+  if (pages.advised_bytes > 0) {
+    out << "heap on huge pages (" << pages.advised_bytes / kMegabyte << " MB advised)";
+  } else if (pages.asked) {
+    out << "heap on 4 kB pages: " << pages.not_advised_because;
+  } else {
+    out << "heap as glibc sets it up (--default-malloc)";
+  }
+  out << "; " << pages.process_huge_page_bytes / kMegabyte << " MB of this process on 2 MB pages (THP mode "
+      << (pages.system_mode.empty() ? "unknown" : pages.system_mode) << ")\n";
+}
+
 // The bind-time stage's sites, grouped by what they run, with their calls.
 void print_specialization_text(std::ostream& out, const RunReport& report) {
   if (!report.specialize) {
@@ -375,6 +391,7 @@ void print_text(std::ostream& out, const RunReport& report) {
     out << ", " << report.threads << " thread(s)";
   }
   out << "\n";
+  print_huge_pages_text(out, report);
   if (report.parallel_threads > 0) {
     out << "parallel:  " << report.parallel_threads << " threads, " << report.parallel_runs << " runs in "
         << report.parallel_seconds << " s (" << report.parallel_runs / report.parallel_seconds << " runs/s); "
@@ -421,6 +438,11 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
       << ", \"min_ms\": " << report.min_ms << ", \"page_faults_per_run\": " << report.page_faults_per_run
       << ", \"malloc\": " << json_string(report.default_malloc ? "default" : "heap") << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;
+  const HugePages& pages = report.huge_pages;
+  out << ", \"huge_pages\": {\"system_mode\": " << json_string(pages.system_mode) << ", \"heap_advised\": "
+      << (pages.advised_bytes > 0 ? "true" : "false") << ", \"advised_bytes\": " << pages.advised_bytes
+      << ", \"not_advised_because\": " << json_string(pages.not_advised_because)
+      << ", \"process_huge_page_bytes\": " << pages.process_huge_page_bytes << "}";
   if (report.parallel_threads > 0) {
     out << ", \"parallel\": {\"threads\": " << report.parallel_threads << ", \"runs\": " << report.parallel_runs
         << ", \"seconds\": " << report.parallel_seconds

@@ -40,6 +40,7 @@ struct RunReport {
   double min_ms = 0.0;
   double page_faults_per_run = 0.0; // minor page faults per timed run (fresh mmap'd pages show up here)
   bool default_malloc = false;
+  HugePages huge_pages; // after the timed runs
   int iters = 0;
   int threads = 0;
   // --parallel K: K threads running the one module at once.

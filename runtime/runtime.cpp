@@ -6,6 +6,7 @@
 #include <bind_time/stage.h>
 #include <runtime/allocator_settings.h>
 #include <runtime/bytecode_interpreter.h>
+#include <runtime/huge_page_heap.h>
 #include <runtime/model_file_check.h>
 #include <runtime/model_integrity.h>
 #include <runtime/op_binding.h>
@@ -20,6 +21,7 @@
 #include <torch/csrc/jit/runtime/instruction.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <unordered_map>
@@ -30,6 +32,12 @@ namespace lightweight_dispatch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Whether a load in this process asked for the heap on huge pages (huge_pages() reports it).
+std::atomic<bool>& huge_pages_asked() {
+  static std::atomic<bool> asked{false};
+  return asked;
+}
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -151,6 +159,9 @@ struct Model::Impl {
 
   // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
   c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
+    if (options.keep_large_allocations_in_heap && options.heap_on_huge_pages) {
+      advise_this_threads_heap(); // the caller's, or a background preparation run's (oneDNN's weights)
+    }
     if (method == "forward" && forward_interpreter != nullptr) {
       return forward_interpreter->run(std::move(inputs));
     }
@@ -186,6 +197,10 @@ Model::~Model() = default;
 Model Model::load(const std::string& path, const LoadOptions& options) {
   if (options.keep_large_allocations_in_heap) {
     lightweight_dispatch::keep_large_allocations_in_heap();
+    if (options.heap_on_huge_pages) {
+      huge_pages_asked().store(true);
+      advise_this_threads_heap(); // before LibTorch's loader allocates the weights
+    }
   }
   if (options.quantized_engine) {
     try {
@@ -382,6 +397,19 @@ std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model
   } catch (const ArgumentError& e) {
     throw InputError(path + ": " + e.what());
   }
+}
+
+HugePages huge_pages() {
+  HugePages report;
+  report.system_mode = transparent_huge_page_mode();
+  report.asked = huge_pages_asked().load();
+  if (report.asked) {
+    const HugePageHeapStatus heap = huge_page_heap_status();
+    report.advised_bytes = heap.advised_bytes;
+    report.not_advised_because = heap.not_advised_because;
+  }
+  report.process_huge_page_bytes = anonymous_huge_page_bytes();
+  return report;
 }
 
 } // namespace lightweight_dispatch

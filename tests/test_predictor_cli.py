@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from predictor_runner import lite_module_ops, run_predictor, save_lite_model
@@ -126,6 +127,43 @@ def test_large_temporaries_are_reused_from_the_heap_not_mmapped_each_run(predict
     tuned, default = faults(), faults("--default-malloc")
     assert tuned < 50
     assert default > 10 * max(tuned, 50)
+
+
+def transparent_huge_page_mode() -> str:
+    """The kernel's THP mode ("always", "madvise", "never"), "" where it has none."""
+    try:
+        line = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return ""
+    return line[line.find("[") + 1:line.find("]")] if "[" in line else ""
+
+
+def test_weights_and_activations_sit_on_huge_pages_where_the_system_allows(predictor: Path, models_dir: Path) -> None:
+    # The runtime grows the heap ahead of the model and advises it for 2 MB pages, so MobileNetV2's weights,
+    # oneDNN's reordered copies of them and its activations are faulted in as huge pages; --default-malloc
+    # leaves the allocator alone and (THP "madvise") nothing of the model is on huge pages.
+    mode = transparent_huge_page_mode()
+    if mode not in ("madvise", "always"):
+        pytest.skip(f"transparent huge pages are {mode or 'absent'} on this machine")
+
+    def huge_pages(*flags: str) -> dict:
+        run = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--threads", "1", "--iters", "3", "--json",
+                            *flags)
+        assert run.returncode == 0, run.stderr  # outputs still match eager
+        return run.json()["huge_pages"]
+
+    advised, plain = huge_pages(), huge_pages("--default-malloc")
+    assert advised["system_mode"] == plain["system_mode"] == mode
+    assert advised["heap_advised"] and advised["not_advised_because"] == ""
+    assert advised["advised_bytes"] >= 64 << 20
+    assert advised["process_huge_page_bytes"] >= 8 << 20
+    assert not plain["heap_advised"] and plain["advised_bytes"] == 0
+    if mode == "madvise":
+        assert plain["process_huge_page_bytes"] < advised["process_huge_page_bytes"] / 4
+    text = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1").stdout
+    assert "memory:    heap on huge pages (" in text and f"(THP mode {mode})" in text
+    text = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--default-malloc").stdout
+    assert "memory:    heap as glibc sets it up (--default-malloc)" in text
 
 
 def test_load_time_is_reported_stage_by_stage(predictor: Path, models_dir: Path) -> None:

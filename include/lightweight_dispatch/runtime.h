@@ -108,6 +108,11 @@ struct LoadOptions {
   // from the heap instead of arriving as fresh zero pages on every call (MobileNetV2 in a fresh process:
   // 15 -> 11.5 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
   bool keep_large_allocations_in_heap = true;
+  // With keep_large_allocations_in_heap, also grow the heap once ahead of the model's allocations and advise that
+  // range for transparent huge pages (Linux with glibc, where THP is "madvise" or "always"; process-wide, once):
+  // weights, oneDNN's reordered copies and activations then sit on 2 MB pages, and a run after other work has
+  // evicted the caches walks far fewer page tables. Costs address space, not memory. See huge_pages().
+  bool heap_on_huge_pages = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
   // with the activations directly following it (relu, hardtanh, silu, sigmoid, hardswish, tanh, erf gelu) and
@@ -223,5 +228,15 @@ std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model
 // The quantized engines this LibTorch has ("qnnpack", "onednn", "x86", "fbgemm"), and the one in force.
 std::vector<std::string> supported_quantized_engines();
 std::string current_quantized_engine();
+
+// What LoadOptions::heap_on_huge_pages did in this process, and how much of its memory is on huge pages now.
+struct HugePages {
+  std::string system_mode;            // the kernel's THP mode: "always", "madvise", "never" ("" unknown)
+  bool asked = false;                 // a load asked for it
+  size_t advised_bytes = 0;           // heap advised for huge pages (0 when not)
+  std::string not_advised_because;    // why not, when asked and not advised
+  size_t process_huge_page_bytes = 0; // this process's anonymous memory on huge pages now
+};
+HugePages huge_pages();
 
 } // namespace lightweight_dispatch
