@@ -84,9 +84,10 @@ options:
                      (a slower first run; every run's outputs from the kernels each site keeps)
   --default-malloc   leave glibc's allocator as it is. By default its thresholds are raised so that an
                      inference's large temporaries are reused from the heap, not mmap'd afresh each call,
-                     and (Linux, where transparent huge pages are "madvise" or "always") 128 MB of heap is
-                     grown ahead of the model and advised for 2 MB pages, so weights and activations sit
-                     on huge pages: fewer page-table walks on a run after other work evicted the caches
+                     and (Linux, where transparent huge pages are "madvise" or "always") the malloc arena
+                     of the background preparation thread is advised for 2 MB pages, so the weights oneDNN
+                     reorders there sit on huge pages: fewer page-table walks on a run after other work
+                     evicted the caches
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas

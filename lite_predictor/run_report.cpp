@@ -212,9 +212,11 @@ void print_huge_pages_text(std::ostream& out, const RunReport& report) {
   constexpr size_t kMegabyte = size_t{1} << 20;
   out << "memory:    ";
   if (pages.advised_bytes > 0) {
-    out << "heap on huge pages (" << pages.advised_bytes / kMegabyte << " MB advised)";
+    out << "thread arenas on huge pages (" << pages.advised_bytes / kMegabyte << " MB advised)";
   } else if (pages.asked) {
-    out << "heap on 4 kB pages: " << pages.not_advised_because;
+    out << "no thread arena on huge pages: "
+        << (pages.not_advised_because.empty() ? "only the main thread ran the model (its heap stays on 4 kB pages)"
+                                              : pages.not_advised_because);
   } else {
     out << "heap as glibc sets it up (--default-malloc)";
   }

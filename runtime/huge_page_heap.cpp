@@ -5,7 +5,6 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
-#include <vector>
 
 #if defined(__linux__) && defined(__GLIBC__)
 #include <sys/mman.h>
@@ -16,17 +15,12 @@ namespace lightweight_dispatch {
 
 namespace {
 
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 // glibc's arenas other than the main one: regions of this size, aligned to it (HEAP_MAX_SIZE on 64-bit).
 constexpr uintptr_t kArenaRegion = uintptr_t{64} << 20;
-// Each reserve block below glibc's mmap threshold (32 MB as kInferenceAllocatorSettings sets it), so it comes
-// from the heap.
-constexpr size_t kReserveBlock = size_t{16} << 20;
 
 struct Registry {
   std::mutex mutex;
   HugePageHeapStatus status;
-  bool main_heap_done = false;
 };
 
 Registry& registry() {
@@ -75,64 +69,14 @@ bool advise_range(uintptr_t begin, uintptr_t end) {
   return end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
 }
 
-// The main heap grown by `bytes` and that range advised: returns the bytes advised, or sets `problem`.
-size_t reserve_and_advise_main_heap(size_t bytes, std::string& problem) {
-  std::vector<void*> blocks;
-  for (size_t reserved = 0; reserved < bytes; reserved += kReserveBlock) {
-    void* block = std::malloc(kReserveBlock);
-    if (block == nullptr) {
-      break;
-    }
-    blocks.push_back(block);
-  }
-  if (blocks.empty()) {
-    problem = "the heap could not grow";
-    return 0;
-  }
-  const uintptr_t first = reinterpret_cast<uintptr_t>(blocks.front());
-  const uintptr_t last_end = reinterpret_cast<uintptr_t>(blocks.back()) + kReserveBlock;
-  bool contiguous = true;
-  for (size_t i = 1; i < blocks.size(); ++i) {
-    // Blocks carved end to end from one heap are a chunk header (16 bytes) apart.
-    const uintptr_t previous_end = reinterpret_cast<uintptr_t>(blocks[i - 1]) + kReserveBlock;
-    const uintptr_t start = reinterpret_cast<uintptr_t>(blocks[i]);
-    contiguous = contiguous && start >= previous_end && start - previous_end <= 64;
-  }
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-    std::free(*it);
-  }
-  if (!contiguous) {
-    problem = "the heap did not grow in one piece";
-    return 0;
-  }
-  const uintptr_t begin = (first + kHugePage - 1) / kHugePage * kHugePage;
-  const uintptr_t end = last_end / kHugePage * kHugePage;
-  if (!advise_range(begin, end)) {
-    problem = "madvise(MADV_HUGEPAGE) was refused";
-    return 0;
-  }
-  return end - begin;
-}
-
 void advise_arena_holding(uintptr_t address) {
   const Mapping mapping = mapping_holding(address);
   if (!mapping.found) {
     record(0, "the allocator's memory is not in /proc/self/maps");
     return;
   }
-  std::string problem;
   if (mapping.name == "[heap]") {
-    Registry& r = registry();
-    {
-      const std::lock_guard<std::mutex> lock(r.mutex);
-      if (r.main_heap_done) {
-        return;
-      }
-      r.main_heap_done = true;
-    }
-    const size_t advised = reserve_and_advise_main_heap(kMainHeapReserve, problem);
-    record(advised, problem);
-    return;
+    return; // the main thread's arena: left alone (see the header)
   }
   if (!mapping.name.empty()) {
     record(0, "the allocator's memory is a mapping of " + mapping.name);

@@ -160,7 +160,7 @@ struct Model::Impl {
   // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
   c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
     if (options.keep_large_allocations_in_heap && options.heap_on_huge_pages) {
-      advise_this_threads_heap(); // the caller's, or a background preparation run's (oneDNN's weights)
+      advise_this_threads_heap(); // a background preparation run's (oneDNN's reordered weights), or the caller's
     }
     if (method == "forward" && forward_interpreter != nullptr) {
       return forward_interpreter->run(std::move(inputs));
@@ -198,8 +198,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
   if (options.keep_large_allocations_in_heap) {
     lightweight_dispatch::keep_large_allocations_in_heap();
     if (options.heap_on_huge_pages) {
-      huge_pages_asked().store(true);
-      advise_this_threads_heap(); // before LibTorch's loader allocates the weights
+      huge_pages_asked().store(true); // advised by the threads that run it (Impl::run)
     }
   }
   if (options.quantized_engine) {

@@ -139,9 +139,9 @@ def transparent_huge_page_mode() -> str:
 
 
 def test_weights_and_activations_sit_on_huge_pages_where_the_system_allows(predictor: Path, models_dir: Path) -> None:
-    # The runtime grows the heap ahead of the model and advises it for 2 MB pages, so MobileNetV2's weights,
-    # oneDNN's reordered copies of them and its activations are faulted in as huge pages; --default-malloc
-    # leaves the allocator alone and (THP "madvise") nothing of the model is on huge pages.
+    # The background preparation thread advises its malloc arena for 2 MB pages, so the copies of MobileNetV2's
+    # weights oneDNN reorders there are faulted in as huge pages; --default-malloc leaves the allocator alone
+    # and (THP "madvise") nothing of the model is on huge pages.
     mode = transparent_huge_page_mode()
     if mode not in ("madvise", "always"):
         pytest.skip(f"transparent huge pages are {mode or 'absent'} on this machine")
@@ -161,7 +161,7 @@ def test_weights_and_activations_sit_on_huge_pages_where_the_system_allows(predi
     if mode == "madvise":
         assert plain["process_huge_page_bytes"] < advised["process_huge_page_bytes"] / 4
     text = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1").stdout
-    assert "memory:    heap on huge pages (" in text and f"(THP mode {mode})" in text
+    assert "memory:    thread arenas on huge pages (64 MB advised)" in text and f"(THP mode {mode})" in text
     text = run_predictor(predictor, models_dir / "mobilenet_v2.ptl", "--iters", "1", "--default-malloc").stdout
     assert "memory:    heap as glibc sets it up (--default-malloc)" in text
 

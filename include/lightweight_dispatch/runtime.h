@@ -108,10 +108,11 @@ struct LoadOptions {
   // from the heap instead of arriving as fresh zero pages on every call (MobileNetV2 in a fresh process:
   // 15 -> 11.5 ms, README). A process-wide setting: turn it off if the app tunes malloc itself.
   bool keep_large_allocations_in_heap = true;
-  // With keep_large_allocations_in_heap, also grow the heap once ahead of the model's allocations and advise that
-  // range for transparent huge pages (Linux with glibc, where THP is "madvise" or "always"; process-wide, once):
-  // weights, oneDNN's reordered copies and activations then sit on 2 MB pages, and a run after other work has
-  // evicted the caches walks far fewer page tables. Costs address space, not memory. See huge_pages().
+  // With keep_large_allocations_in_heap, each thread other than the main one that runs a model advises its malloc
+  // arena (a 64 MB region) for transparent huge pages, once (Linux with glibc, where THP is "madvise" or
+  // "always"): the weights oneDNN reorders on the background preparation thread then sit on 2 MB pages, and a run
+  // after other work has evicted the caches walks far fewer page tables. Costs address space, not memory; the
+  // main heap is left alone. See huge_pages().
   bool heap_on_huge_pages = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
