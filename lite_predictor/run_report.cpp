@@ -206,7 +206,7 @@ void print_in_place_text(std::ostream& out, const RunReport& report) {
   }
 }
 
-// Whether the heap was advised for transparent huge pages, and how much of the process sits on them.
+// Whether thread arenas were advised for transparent huge pages, and how much of the process sits on them.
 void print_huge_pages_text(std::ostream& out, const RunReport& report) {
   const HugePages& pages = report.huge_pages;
   constexpr size_t kMegabyte = size_t{1} << 20;

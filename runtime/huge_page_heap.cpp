@@ -41,8 +41,6 @@ void record(size_t advised_bytes, const std::string& problem) {
 
 // The mapping of /proc/self/maps that holds `address`; its name is empty for anonymous memory.
 struct Mapping {
-  uintptr_t begin = 0;
-  uintptr_t end = 0;
   std::string name;
   bool found = false;
 };
@@ -59,14 +57,10 @@ Mapping mapping_holding(uintptr_t address) {
     const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
     const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
     if (begin <= address && address < end) {
-      return {begin, end, name, true};
+      return {name, true};
     }
   }
   return {};
-}
-
-bool advise_range(uintptr_t begin, uintptr_t end) {
-  return end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
 }
 
 void advise_arena_holding(uintptr_t address) {
@@ -83,7 +77,7 @@ void advise_arena_holding(uintptr_t address) {
     return;
   }
   const uintptr_t region = address / kArenaRegion * kArenaRegion;
-  if (!advise_range(region, region + kArenaRegion)) {
+  if (madvise(reinterpret_cast<void*>(region), kArenaRegion, MADV_HUGEPAGE) != 0) {
     record(0, "madvise(MADV_HUGEPAGE) was refused on a thread's arena");
     return;
   }

@@ -138,7 +138,7 @@ def transparent_huge_page_mode() -> str:
     return line[line.find("[") + 1:line.find("]")] if "[" in line else ""
 
 
-def test_weights_and_activations_sit_on_huge_pages_where_the_system_allows(predictor: Path, models_dir: Path) -> None:
+def test_reordered_weights_sit_on_huge_pages_where_the_system_allows(predictor: Path, models_dir: Path) -> None:
     # The background preparation thread advises its malloc arena for 2 MB pages, so the copies of MobileNetV2's
     # weights oneDNN reorders there are faulted in as huge pages; --default-malloc leaves the allocator alone
     # and (THP "madvise") nothing of the model is on huge pages.
