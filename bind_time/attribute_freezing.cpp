@@ -5,6 +5,7 @@
 #include <bind_time/symbolic_stack.h>
 
 #include <ATen/ops/empty.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
@@ -779,25 +780,27 @@ std::optional<at::Tensor> float_tensor(const c10::IValue& value, int64_t dim) {
   return t;
 }
 
-// W * scale per output channel (W's first dimension), each product in double precision rounded once to float:
-// one pass over the weight, no double-precision copy of it (ResNet-18's 11M weights made four of them).
-at::Tensor scaled_per_output_channel(const at::Tensor& weight, const std::vector<double>& scale) {
+// weight * scale per output channel (the weight's first dimension) into `to`, which may be the weight's own memory:
+// each product in double precision, rounded once to float. One pass, no double-precision copy of the weight
+// (ResNet-18's 11M weights made four of them).
+void scale_per_output_channel(const at::Tensor& weight, const std::vector<double>& scale, float* to) {
   const at::Tensor w = weight.contiguous();
-  at::Tensor out = at::empty(w.sizes(), w.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t channels = w.size(0), per_channel = channels == 0 ? 0 : w.numel() / channels;
   const float* from = w.const_data_ptr<float>();
-  float* to = out.mutable_data_ptr<float>();
   for (int64_t c = 0; c < channels; ++c) {
     const double f = scale[static_cast<size_t>(c)];
     for (int64_t i = c * per_channel, end = i + per_channel; i < end; ++i) {
       to[i] = static_cast<float>(static_cast<double>(from[i]) * f);
     }
   }
-  return out;
 }
 
-// A batch norm folded into its conv: the conv's new weight and bias.
+// A batch norm folded into its conv: the conv's new weight and bias. The weight's values are written only once the
+// freezing stands (write_folded_weights): until then `weight` is allocated, untouched, and nothing reads it (the
+// conv it is the weight of runs later, and no call is computed at bind time on a tensor's values).
 struct FoldedConv {
+  at::Tensor source;         // the conv's weight as the model holds it
+  std::vector<double> scale; // gamma / sqrt(var + eps), per output channel
   at::Tensor weight, bias;
 };
 
@@ -817,7 +820,7 @@ std::vector<double> per_channel(const std::optional<at::Tensor>& t, int64_t chan
 // conv2d(W, b) then batch_norm(gamma, beta, mean, var, eps) in inference, as one conv2d:
 // scale = gamma / sqrt(var + eps), W' = W * scale (per output channel), b' = (b - mean) * scale + beta, each step
 // in double precision, rounded once to float. Plain loops over the channels: these are a few hundred numbers, and
-// ATen calls for them were a fifth of an unfrozen ShuffleNet's bind time.
+// ATen calls for them were a fifth of an unfrozen ShuffleNet's bind time. W' is written later (FoldedConv).
 FoldedConv folded_conv(const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& gamma, const std::optional<at::Tensor>& beta, const at::Tensor& mean,
     const at::Tensor& var, double eps) {
@@ -840,7 +843,8 @@ FoldedConv folded_conv(const at::Tensor& weight, const std::optional<at::Tensor>
     scale[c] = s;
     shift_of[c] = static_cast<float>(t);
   }
-  return FoldedConv{scaled_per_output_channel(weight, scale), shift};
+  at::Tensor folded = at::empty(weight.sizes(), weight.options().memory_format(at::MemoryFormat::Contiguous));
+  return FoldedConv{weight, std::move(scale), std::move(folded), std::move(shift)};
 }
 
 // Folds already made, by the tensors they were made from (conv weight and bias, gamma, beta, running mean and
@@ -1033,6 +1037,95 @@ bool is_method_of(const torch::jit::mobile::Function& function, const c10::IValu
   return first != nullptr && self.isObject() && first->repr_str() == self.type()->repr_str();
 }
 
+// Every tensor storage a run could read through a constant, looking into lists, tuples, dicts and
+// objects (a constant module's slots are its attributes).
+void collect_storages(const c10::IValue& value, std::set<const c10::StorageImpl*>& storages, std::set<const void*>& seen) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.has_storage()) {
+      storages.insert(t.storage().unsafeGetStorageImpl());
+    }
+    return;
+  }
+  if (!value.isPtrType() || !seen.insert(value.internalToPointer()).second) {
+    return;
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      collect_storages(element, storages, seen);
+    }
+  } else if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      collect_storages(element, storages, seen);
+    }
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      collect_storages(entry.key(), storages, seen);
+      collect_storages(entry.value(), storages, seen);
+    }
+  } else if (value.isObject()) {
+    for (const c10::IValue& slot : value.toObjectRef().slots()) {
+      collect_storages(slot, storages, seen);
+    }
+  }
+}
+
+// Whether the fold may overwrite its source weight: a contiguous float tensor that is all of its storage, in memory
+// LibTorch's CPU allocator gave (writable, not a mapped file), that no other fold starts from and that no run can
+// read otherwise. A run reaches a module's attributes only through GET_ATTR (none is left) or a constant holding
+// them (`reachable`); the model's object itself is unchanged but nothing reads its slots any more.
+bool may_overwrite(const at::Tensor& source, size_t folds_from_it, bool attributes_read,
+    const std::set<const c10::StorageImpl*>& reachable) {
+  if (attributes_read || folds_from_it != 1 || source.scalar_type() != at::kFloat || !source.is_contiguous() ||
+      source.storage_offset() != 0 || !source.has_storage()) {
+    return false;
+  }
+  const c10::Storage& storage = source.storage();
+  return storage.nbytes() == static_cast<size_t>(source.numel()) * sizeof(float) &&
+         storage.data_ptr().get_deleter() == c10::GetCPUAllocator()->raw_deleter() &&
+         reachable.count(storage.unsafeGetStorageImpl()) == 0;
+}
+
+// Writes each fold's weight, once the freezing stands: into the source weight's own memory where only the fold can
+// reach it (no second copy of the model's conv weights, no fresh pages to fault in), else into its own. Returns
+// how many were written in place.
+int64_t write_folded_weights(BatchNormFolds& folds, const torch::jit::mobile::Module& module) {
+  bool attributes_read = false;
+  std::set<const c10::StorageImpl*> reachable;
+  std::set<const void*> seen;
+  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+    const auto& code = function->get_code();
+    for (const Instruction& inst : code.instructions_) {
+      attributes_read |= inst.op == opcode::GET_ATTR;
+      if (inst.op == opcode::LOADC) { // the one way bytecode reads a constant (INTERFACE_CALL's name is a string)
+        collect_storages(code.constants_.at(static_cast<size_t>(inst.X)), reachable, seen);
+      }
+    }
+  }
+  std::map<const c10::StorageImpl*, size_t> folds_from;
+  for (const auto& entry : folds) {
+    if (entry.second.source.has_storage()) {
+      ++folds_from[entry.second.source.storage().unsafeGetStorageImpl()];
+    }
+  }
+  int64_t in_place = 0;
+  for (auto& entry : folds) {
+    FoldedConv& fold = entry.second;
+    const size_t from_it =
+        fold.source.has_storage() ? folds_from[fold.source.storage().unsafeGetStorageImpl()] : 0;
+    if (may_overwrite(fold.source, from_it, attributes_read, reachable)) {
+      scale_per_output_channel(fold.source, fold.scale, fold.source.mutable_data_ptr<float>());
+      // The constant the bytecode already holds now views the source's memory; its own (never touched) is freed.
+      fold.weight.unsafeGetTensorImpl()->set_storage_keep_dtype(fold.source.storage());
+      ++in_place;
+    } else {
+      scale_per_output_channel(fold.source, fold.scale, fold.weight.mutable_data_ptr<float>());
+    }
+    fold.source = at::Tensor(); // the module's attribute keeps it, folded or not
+  }
+  return in_place;
+}
+
 // The function's bytecode rewritten until nothing more changes.
 Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const c10::IValue& self,
     size_t arguments, BatchNormFolds& folds, AttributeFreezingReport& report) {
@@ -1104,6 +1197,7 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
     return kept;
   }
   report.folded_weights = static_cast<int64_t>(folds.size());
+  report.folded_in_place = write_folded_weights(folds, module);
   report.applied = report.attribute_reads > 0 || report.folded_batch_norms > 0 || report.constant_branches > 0 ||
                    report.computed_calls > 0 || report.removed_dropouts > 0;
   report.removed_instructions = static_cast<int64_t>(instructions_before) - static_cast<int64_t>(instructions_after);

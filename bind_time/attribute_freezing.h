@@ -11,8 +11,11 @@
 //   - a list of number constants built for an operator's int[] / float[] argument (a conv's stride) becomes one
 //     constant list, where the operator alone receives it;
 //   - batch_norm in inference (training a constant false, running statistics constant) right after a conv2d
-//     with constant weights is folded into that conv's weight and bias (new constants; the originals are kept),
-//     once per conv and batch norm: methods that inline the same submodules share the folded weights.
+//     with constant weights is folded into that conv's weight and bias (new constants), once per conv and batch
+//     norm: methods that inline the same submodules share the folded weights. Once the rewrite stands, a folded
+//     weight is written over the loaded one where nothing else can read that (no GET_ATTR is left, no constant
+//     shares its memory, no other fold starts from it), so the model holds one copy of its conv weights and the
+//     load faults in no fresh pages for them; elsewhere beside it.
 //
 // When it applies: no instruction of the model assigns an attribute (SET_ATTR) or calls another function (CALL,
 // INTERFACE_CALL, which could receive a module), and after the rewrite no function of the model may write a

@@ -116,7 +116,8 @@ void print_freezing_text(std::ostream& out, const RunReport& report) {
   if (freezing.applied) {
     out << "bind-time: attributes frozen (no method can change them): " << freezing.attribute_reads
         << " attribute read(s) now constants, " << freezing.folded_batch_norms
-        << " batch_norm call(s) folded into their conv2d (" << freezing.folded_weights << " folded weight(s)), "
+        << " batch_norm call(s) folded into their conv2d (" << freezing.folded_weights << " folded weight(s), "
+        << freezing.folded_in_place << " written over the weights loaded), "
         << freezing.constant_branches
         << " branch(es) on constants resolved, " << freezing.computed_calls << " call(s) on constants computed, "
         << freezing.removed_dropouts << " inference dropout(s) removed, "
@@ -310,7 +311,8 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
   out << ", \"attribute_freezing\": {\"applied\": " << (freezing.applied ? "true" : "false")
       << ", \"kept_because\": " << json_string(freezing.kept_because) << ", \"attribute_reads\": "
       << freezing.attribute_reads << ", \"folded_batch_norms\": " << freezing.folded_batch_norms
-      << ", \"folded_weights\": " << freezing.folded_weights << ", \"constant_branches\": " << freezing.constant_branches << ", \"computed_calls\": " << freezing.computed_calls
+      << ", \"folded_weights\": " << freezing.folded_weights
+      << ", \"folded_in_place\": " << freezing.folded_in_place << ", \"constant_branches\": " << freezing.constant_branches << ", \"computed_calls\": " << freezing.computed_calls
       << ", \"removed_dropouts\": " << freezing.removed_dropouts
       << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites_by_kind\": {";
   const char* separator = "";

@@ -66,7 +66,8 @@ def test_the_text_report_says_what_freezing_did(predictor: Path, models_dir: Pat
     run = run_predictor(predictor, models_dir / "small_resnet_unfrozen.ptl", "--iters", "1")
     assert run.returncode == 0, run.stderr
     assert "bind-time: attributes frozen (no method can change them): " in run.stdout
-    assert "15 batch_norm call(s) folded into their conv2d (15 folded weight(s))" in run.stdout
+    assert "15 batch_norm call(s) folded into their conv2d (15 folded weight(s), 15 written over the weights loaded)" \
+        in run.stdout
 
 
 def test_no_specialize_freezes_nothing(predictor: Path, models_dir: Path) -> None:
@@ -142,7 +143,55 @@ def test_methods_that_inline_the_same_batch_norms_share_their_folded_weights(
     assert freezing["folded_weights"] == 2, freezing  # made once each
     assert run["outputs_match"] is True, run["mismatch"]
     text = run_predictor(predictor, model, "--iters", "1")
-    assert "4 batch_norm call(s) folded into their conv2d (2 folded weight(s))" in text.stdout, text.stdout
+    assert "4 batch_norm call(s) folded into their conv2d (2 folded weight(s), 2 written over" in text.stdout, text.stdout
+
+
+class ReadsAFoldedWeightElsewhere(torch.nn.Module):
+    """The conv's weight also feeds a second, plain conv: the fold must not write over it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = ConvBnBlock(True, True, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + torch.nn.functional.conv2d(x, self.block.conv.weight, None, 1, 1)
+
+
+class OneConvTwoBatchNorms(torch.nn.Module):
+    """One conv weight folded with two batch norms: two folds from one source, so neither may overwrite it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = ConvBnBlock(False, True, 1)
+        self.other_bn = ConvBnBlock(False, True, 1).bn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block.bn(self.block.conv(x)) - self.other_bn(self.block.conv(x))
+
+
+@pytest.mark.parametrize("module_type, in_place", [(ForwardsToAnImplementation, 2), (ReadsAFoldedWeightElsewhere, 0),
+                                                   (OneConvTwoBatchNorms, 0)])
+def test_a_fold_writes_over_the_loaded_weight_only_where_nothing_else_reads_it(
+    module_type: type, in_place: int, predictor: Path, tmp_path: Path
+) -> None:
+    """Written over where nothing else can read the loaded weight (no second copy of the weights); beside it
+    where another call reads it or another fold starts from it, which outputs against eager on new values
+    catch: the other call would see the folded weight."""
+    torch.manual_seed(11)
+    module = module_type().eval()
+    model = save_with_eagers_outputs(module, torch.randn(1, 8, 7, 7), tmp_path / "model")
+    run = run_json(predictor, model, "--atol", "1e-5")
+    freezing = run["attribute_freezing"]
+    assert freezing["folded_batch_norms"] >= 1 and freezing["folded_in_place"] == in_place, freezing
+    assert run["outputs_match"] is True, run["mismatch"]
+    x = torch.randn(1, 8, 7, 7)
+    torch.save([x], tmp_path / "new.inputs.pt")
+    with torch.no_grad():
+        torch.save(flatten_outputs(module(x)), tmp_path / "new.expected.pt")
+    for flags in ([], ["--prepare", "first-call"]):
+        again = run_json(predictor, model, "--input", tmp_path / "new.inputs.pt",
+                         "--expected", tmp_path / "new.expected.pt", "--atol", "1e-5", *flags)
+        assert again["outputs_match"] is True, (flags, again["mismatch"])
 
 
 class AssignsAnAttribute(torch.nn.Module):

@@ -81,6 +81,8 @@ struct AttributeFreezingReport {
   int64_t folded_batch_norms = 0;      // inference batch_norm calls folded into the conv2d before them
   int64_t folded_weights = 0;          // the folded conv weights those calls made: methods that inline the same
                                        // conv and batch norm (forward and _forward_impl) share one
+  int64_t folded_in_place = 0;         // of those, written over the loaded weight they were made from (nothing
+                                       // else could read it), not beside it
   int64_t constant_branches = 0;       // branches on a constant (self.training) resolved
   int64_t computed_calls = 0;          // calls on constants only computed at bind time (not self.training)
   int64_t removed_dropouts = 0;        // dropout calls with train false, which return their input, removed
