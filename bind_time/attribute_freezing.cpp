@@ -1037,8 +1037,9 @@ bool is_method_of(const torch::jit::mobile::Function& function, const c10::IValu
   return first != nullptr && self.isObject() && first->repr_str() == self.type()->repr_str();
 }
 
-// Every tensor storage a run could read through a constant, looking into lists, tuples, dicts and
-// objects (a constant module's slots are its attributes).
+// Every tensor storage a run could read through a constant, looking into lists, tuples, dicts (keys too) and
+// objects (a constant module's slots are its attributes). runtime/tensor_tree.h's for_each_tensor walks a returned
+// value's containers only; this one must also go into objects, which may refer to each other (`seen`).
 void collect_storages(const c10::IValue& value, std::set<const c10::StorageImpl*>& storages, std::set<const void*>& seen) {
   if (value.isTensor()) {
     const at::Tensor& t = value.toTensor();
@@ -1121,7 +1122,6 @@ int64_t write_folded_weights(BatchNormFolds& folds, const torch::jit::mobile::Mo
     } else {
       scale_per_output_channel(fold.source, fold.scale, fold.weight.mutable_data_ptr<float>());
     }
-    fold.source = at::Tensor(); // the module's attribute keeps it, folded or not
   }
   return in_place;
 }
