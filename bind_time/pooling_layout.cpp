@@ -63,13 +63,31 @@ void MaxPoolLayoutKernel::operator()(torch::jit::Stack& stack) const {
     generated_(stack);
     return;
   }
-  if (decide(stack, input_at)) {
+  const std::optional<bool> channels_last = decided(stack[input_at].toTensor());
+  if (!channels_last && preparation_run_follows() && defer_once(stack[input_at].toTensor())) {
+    note_unprepared_shape(); // timed in the preparation run, not on this caller's call
+    ++stock_calls_;
+    generated_(stack);
+    return;
+  }
+  if (channels_last ? *channels_last : decide(stack, input_at)) {
     ++channels_last_calls_;
     run_channels_last(stack, input_at);
   } else {
     ++stock_calls_;
     generated_(stack);
   }
+}
+
+bool MaxPoolLayoutKernel::defer_once(const at::Tensor& input) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return deferred_.insert(input.sizes().vec()).second;
+}
+
+std::optional<bool> MaxPoolLayoutKernel::decided(const at::Tensor& input) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = channels_last_for_.find(input.sizes().vec());
+  return found == channels_last_for_.end() ? std::nullopt : std::optional<bool>(found->second);
 }
 
 void MaxPoolLayoutKernel::run_channels_last(torch::jit::Stack& stack, size_t input_at) const {
@@ -79,13 +97,14 @@ void MaxPoolLayoutKernel::run_channels_last(torch::jit::Stack& stack, size_t inp
 }
 
 bool MaxPoolLayoutKernel::decide(const torch::jit::Stack& stack, size_t input_at) const {
-  if (test_asks_for_no_race()) {
-    return true; // the same values either way (test_hooks.h)
-  }
   const std::vector<int64_t> sizes = stack[input_at].toTensor().sizes().vec();
   std::lock_guard<std::mutex> lock(mutex_);
   if (const auto found = channels_last_for_.find(sizes); found != channels_last_for_.end()) {
     return found->second;
+  }
+  if (test_asks_for_no_race()) {
+    channels_last_for_.emplace(sizes, true);
+    return true; // the same values either way (test_hooks.h)
   }
   // Twice each, the faster of the two: the first call of either also warms its code and the allocator.
   const torch::jit::Stack arguments(stack.begin() + static_cast<std::ptrdiff_t>(input_at), stack.end());

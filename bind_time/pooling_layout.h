@@ -5,7 +5,8 @@
 // Every max_pool2d call site is re-bound to a kernel that, for a contiguous 4-d float input, runs the generated
 // kernel on a channels_last copy of the input and gives the result back contiguous, as the stock kernel returns
 // it, where that is faster: decided for each input shape on the first call that meets it, by timing both on that
-// call's input. Max pooling returns one of the input elements of each window, so the values are the stock
+// call's input (with background preparation, the first call in the preparation run: a caller's call before it runs
+// the stock kernel, as the sites before it run their generated kernels). Max pooling returns one of the input elements of each window, so the values are the stock
 // kernel's, bit for bit; any other input (channels_last already, 3-d, another dtype) runs the generated kernel.
 #pragma once
 
@@ -20,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,11 @@ class MaxPoolLayoutKernel : public LayoutKernelCounts {
  private:
   // Runs on a channels_last copy, gives the result back contiguous.
   void run_channels_last(torch::jit::Stack& stack, size_t input_at) const;
+  // Whether channels_last was found faster for this input's sizes, if they were timed.
+  std::optional<bool> decided(const at::Tensor& input) const;
+  // True the first time these sizes are met undecided (the preparation run that follows decides them); false after,
+  // when that run did not meet them as the caller does (the caller's call decides them then).
+  bool defer_once(const at::Tensor& input) const;
   bool decide(const torch::jit::Stack& stack, size_t input_at) const;
 
   std::function<void(torch::jit::Stack&)> generated_;
@@ -60,6 +68,7 @@ class MaxPoolLayoutKernel : public LayoutKernelCounts {
   bool from_channels_last_site_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, bool> channels_last_for_; // per input sizes: faster channels_last
+  mutable std::set<std::vector<int64_t>> deferred_; // input sizes whose timing was left to a preparation run
 };
 
 // The max_pool2d OP instructions of `code`.

@@ -7,6 +7,7 @@ namespace {
 thread_local bool preparing = false;
 thread_local bool unprepared_shape_met = false;
 thread_local bool inputs_stock_layout = true;
+thread_local bool preparation_follows = false;
 
 } // namespace
 
@@ -28,6 +29,14 @@ void set_run_inputs_stock_layout(bool stock) {
 
 bool run_inputs_stock_layout() {
   return inputs_stock_layout;
+}
+
+void set_preparation_run_follows(bool follows) {
+  preparation_follows = follows;
+}
+
+bool preparation_run_follows() {
+  return preparation_follows && !preparing;
 }
 
 void note_unprepared_shape() {

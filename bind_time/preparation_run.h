@@ -23,6 +23,12 @@ bool in_preparation_run();
 void set_run_inputs_stock_layout(bool stock);
 bool run_inputs_stock_layout();
 
+// Whether the caller's run on this thread is followed by a background preparation run when it meets a shape not
+// prepared yet (note_unprepared_shape): then a kernel may leave what it would time or check on such a call to that
+// run, and run as the stock kernels would. Set by Stage::serve for each run; false where nothing set it.
+void set_preparation_run_follows(bool follows);
+bool preparation_run_follows();
+
 // A site met a shape it has no kernel for, on this thread, since the last take_unprepared_shape().
 void note_unprepared_shape();
 bool take_unprepared_shape();

@@ -44,6 +44,7 @@ c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inp
   }
   const bool stock_inputs = inputs_are_stock_layout(inputs);
   set_run_inputs_stock_layout(stock_inputs);
+  set_preparation_run_follows(preparer_ != nullptr);
   const bool restore = specialization_->may_return_channels_last() && stock_inputs;
   c10::IValue output;
   specialization_->forget_handed_out();
