@@ -339,6 +339,7 @@ class SiteKernel {
     // them slower (the max_pool2d after ResNet-18's stem: 1.3 ms a run on it, 0.4 on channels_last; RegNet's next
     // convs compiled for a contiguous input), and the race against a compiled kernel then compares two kernels
     // delivering the same layout rather than charging the compiled one alone for the layout its consumers want.
+    // Not on a caller's call of a shape not prepared yet (GeneratedLayout::Stock): its consumers run generated too.
     if (layout_ == ResultLayout::ChannelsLast && layout == GeneratedLayout::AsPlanned) {
       const at::Tensor& result = stack.back().toTensor();
       if (result.dim() == 4 && !result.is_contiguous(c10::MemoryFormat::ChannelsLast)) {
