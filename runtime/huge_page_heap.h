@@ -9,7 +9,9 @@
 // 64 MB regions it maps and makes accessible as they fill. The reordered weights land in the arena of the
 // thread that prepared the kernels (the background preparation run's). Each thread that runs a model advises
 // its own arena once, if it is such a region: all 64 MB of it, the accessible part and the reserve alike (the
-// advice stays with the pages glibc makes accessible later). The main heap is left on 4 kB pages: growing it
+// advice stays with the pages glibc makes accessible later). An arena that outgrows its region gets more 64 MB
+// regions from glibc, not advised: a model with more reordered weights than that (DistilBERT, 265 MB) has the
+// rest on 4 kB pages. The main heap is left on 4 kB pages: growing it
 // ahead and advising it gave the activations huge pages too, no faster a run (cold-cache A/B within 1%), but
 // on this project's VM one fresh process in two then faulted its load-time allocations in 2-3x slower.
 // Nothing is touched ahead: the advice costs address space, not memory.
