@@ -1003,8 +1003,11 @@ void print_bytecode(std::ostream& out, const std::string& name, const torch::jit
 }
 
 // Why the model's attributes may change between or during runs, seen from its bytecode alone; "" if they cannot.
+// Only what a caller's run can reach counts: the model's own methods and the functions they call. A submodule's
+// __setstate__ (every quantized conv has one) assigns attributes, but only the loader runs it, before binding;
+// Model::run_method runs the model's own methods only.
 std::string why_attributes_may_change(const torch::jit::mobile::Module& module) {
-  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+  for (const torch::jit::mobile::Function* function : functions_callers_reach(module)) {
     const auto& code = function->get_code();
     for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
       const OpCode op = code.instructions_[pc].op;

@@ -17,10 +17,12 @@
 //     shares its memory, no other fold starts from it), so the model holds one copy of its conv weights and the
 //     load faults in no fresh pages for them; elsewhere beside it.
 //
-// When it applies: no instruction of the model assigns an attribute (SET_ATTR) or calls another function (CALL,
-// INTERFACE_CALL, which could receive a module), and after the rewrite no function of the model may write a
-// constant or anything sharing its memory (folded_values.h's trace). Otherwise every function keeps its bytecode,
-// and the report says why.
+// When it applies: no instruction a caller's run can reach assigns an attribute (SET_ATTR) or calls another
+// function (CALL, INTERFACE_CALL, which could receive a module), and after the rewrite no function of the model
+// may write a constant or anything sharing its memory (folded_values.h's trace). What a run can reach is the
+// model's own methods (Model::run_method runs no other): a submodule's method that nothing calls, such as the
+// __setstate__ every quantized conv carries, ran in the loader, before binding, and never runs again. Otherwise
+// every function keeps its bytecode, and the report says why.
 //
 // LIGHTWEIGHT_DISPATCH_PRINT_FROZEN_BYTECODE=1 prints each rewritten function's bytecode to stderr, for a person
 // finding out why a site was not taken or a check not resolved.

@@ -63,11 +63,25 @@ bool passes_constant(const torch::jit::mobile::Code& code, size_t pc, const c10:
          same_constant(code.constants_[static_cast<size_t>(push.X)], when.value);
 }
 
+// What a run may execute: the functions a caller's run reaches (a submodule's __setstate__ ran at the load and
+// never again); every function of the model where one of those calls a method found by name (INTERFACE_CALL).
+std::vector<torch::jit::mobile::Function*> functions_a_run_may_reach(const torch::jit::mobile::Module& module) {
+  std::vector<torch::jit::mobile::Function*> reached = functions_callers_reach(module);
+  for (const torch::jit::mobile::Function* function : reached) {
+    for (const torch::jit::Instruction& inst : function->get_code().instructions_) {
+      if (inst.op == torch::jit::INTERFACE_CALL) {
+        return functions_to_run(module);
+      }
+    }
+  }
+  return reached;
+}
+
 } // namespace
 
 std::string why_a_preparation_run_would_show(
     const torch::jit::mobile::Module& module, const std::function<const c10::FunctionSchema*(const std::string&)>& schema_of) {
-  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+  for (const torch::jit::mobile::Function* function : functions_a_run_may_reach(module)) {
     const auto& code = function->get_code();
     const std::string where = " (" + function->qualname().qualifiedName() + ")";
     const std::set<size_t> targets = jump_targets(code.instructions_);

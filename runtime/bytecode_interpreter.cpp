@@ -183,14 +183,14 @@ struct Frame {
 
 BytecodeInterpreter::BytecodeInterpreter(const torch::jit::mobile::Module& module, const std::string& method_name)
     : self_(module._ivalue()) {
-  const auto method = module.find_method(method_name);
-  if (!method) {
+  const torch::jit::mobile::Function* method = find_model_method(module, method_name);
+  if (method == nullptr) {
     throw BytecodeError("the model has no method '" + method_name + "'");
   }
   for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
     prepare(*function);
   }
-  entry_ = &method->function().get_code();
+  entry_ = &method->get_code();
 }
 
 void BytecodeInterpreter::prepare(const torch::jit::mobile::Function& function) {

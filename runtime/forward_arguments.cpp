@@ -45,8 +45,8 @@ std::string describe_argument(const c10::Argument& argument) {
   return out.str();
 }
 
-std::string signature_of(c10::ArrayRef<c10::Argument> arguments) {
-  std::string text = "forward(";
+std::string signature_of(c10::ArrayRef<c10::Argument> arguments, const std::string& method = "forward") {
+  std::string text = method + "(";
   for (size_t i = 0; i < arguments.size(); ++i) {
     text += (i ? ", " : "") + describe_argument(arguments[i]);
   }
@@ -201,7 +201,7 @@ std::vector<c10::IValue> bind_arguments(const c10::FunctionSchema& schema, const
 }
 
 std::string forward_signature(const c10::FunctionSchema& schema) {
-  return signature_of(arguments_after_self(schema));
+  return signature_of(arguments_after_self(schema), schema.name().empty() ? "forward" : schema.name());
 }
 
 std::optional<std::string> first_tensor_mismatch(

@@ -101,7 +101,11 @@ BindingReport sorted_report(const std::map<std::string, OpUse>& uses) {
 
 } // namespace
 
-std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mobile::Module& module) {
+namespace {
+
+// `roots` and, transitively, every function a CALL instruction of theirs names, each once, roots first.
+std::vector<torch::jit::mobile::Function*> with_called_functions(
+    const std::vector<torch::jit::mobile::Function*>& roots) {
   std::vector<torch::jit::mobile::Function*> functions;
   std::set<const torch::jit::mobile::Function*> seen;
   const auto add = [&](torch::jit::mobile::Function* function) {
@@ -109,8 +113,8 @@ std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mo
       functions.push_back(function);
     }
   };
-  for (const auto& function : module.compilation_unit().methods()) {
-    add(function.get());
+  for (torch::jit::mobile::Function* root : roots) {
+    add(root);
   }
   for (size_t i = 0; i < functions.size(); ++i) { // grows while it is walked
     const auto& code = functions[i]->get_code();
@@ -122,6 +126,43 @@ std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mo
     }
   }
   return functions;
+}
+
+} // namespace
+
+std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mobile::Module& module) {
+  std::vector<torch::jit::mobile::Function*> all;
+  for (const auto& function : module.compilation_unit().methods()) {
+    all.push_back(function.get());
+  }
+  return with_called_functions(all);
+}
+
+std::vector<torch::jit::mobile::Function*> model_methods(const torch::jit::mobile::Module& module) {
+  const auto& class_name = module._ivalue()->type()->name();
+  std::vector<torch::jit::mobile::Function*> methods;
+  if (!class_name) {
+    return methods;
+  }
+  for (const auto& function : module.compilation_unit().methods()) {
+    if (function->qualname().prefix() == class_name->qualifiedName()) {
+      methods.push_back(function.get());
+    }
+  }
+  return methods;
+}
+
+torch::jit::mobile::Function* find_model_method(const torch::jit::mobile::Module& module, const std::string& name) {
+  for (torch::jit::mobile::Function* method : model_methods(module)) {
+    if (method->name() == name) {
+      return method;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<torch::jit::mobile::Function*> functions_callers_reach(const torch::jit::mobile::Module& module) {
+  return with_called_functions(model_methods(module));
 }
 
 const char* op_path_name(OpPath path) {

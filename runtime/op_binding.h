@@ -73,6 +73,20 @@ BindingReport describe_dynamic(const torch::jit::mobile::Module& module);
 // never called are left out: their operators are never bound.
 std::vector<torch::jit::mobile::Function*> functions_to_run(const torch::jit::mobile::Module& module);
 
+// The model's own methods: the functions of its top-level module's class, in the compilation unit's order. They
+// are the only functions a caller can run (Model::run_method). A submodule's method (a quantized conv's
+// __setstate__, which the loader runs) runs after the load only if one of them calls it.
+std::vector<torch::jit::mobile::Function*> model_methods(const torch::jit::mobile::Module& module);
+
+// The model's method `name`, or null. LibTorch's Module::find_method matches the name alone, so it can return a
+// submodule's method of that name, which would then run on the model's object, not the submodule's.
+torch::jit::mobile::Function* find_model_method(const torch::jit::mobile::Module& module, const std::string& name);
+
+// Every function a caller's run can reach: the model's methods and, transitively, every function a CALL of
+// theirs names. Nothing else runs after the load; INTERFACE_CALL (a method found by name at run time) is for
+// the caller of this to treat as reaching anything.
+std::vector<torch::jit::mobile::Function*> functions_callers_reach(const torch::jit::mobile::Module& module);
+
 // An operator's schema by its name ("aten::add.Tensor"), or null if unknown: what the bind-time stage traces the
 // bytecode with.
 using OperatorSchema = std::function<const c10::FunctionSchema*(const std::string& op_name)>;

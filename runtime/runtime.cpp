@@ -119,11 +119,41 @@ Interpreter interpreter_of(const LoadOptions& options) {
 
 namespace {
 
-// Whether any function of the model assigns an attribute (SET_ATTR).
+// For a caller asking for a method the model does not have: that a submodule's class has one by that name (a
+// quantized conv's __setstate__), which only the model's own methods may call; "" if none has.
+std::string submodules_method_note(const torch::jit::mobile::Module& module, const std::string& method) {
+  for (const auto& function : module.compilation_unit().methods()) {
+    if (function->name() == method) {
+      return " (" + function->qualname().qualifiedName() +
+             " is a submodule's: it runs only where the model's own methods call it)";
+    }
+  }
+  return "";
+}
+
+bool has_instruction(const torch::jit::mobile::Function& function, torch::jit::OpCode op) {
+  for (const auto& inst : function.get_code().instructions_) {
+    if (inst.op == op) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether a caller's run may assign an attribute: a function it reaches has SET_ATTR, or calls a method found by
+// name at run time (INTERFACE_CALL) while some function of the model has SET_ATTR. A submodule's __setstate__,
+// which only the loader runs, does not count.
 bool assigns_attributes(const torch::jit::mobile::Module& module) {
-  for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
-    for (const auto& inst : function->get_code().instructions_) {
-      if (inst.op == torch::jit::SET_ATTR) {
+  bool calls_by_name = false;
+  for (const torch::jit::mobile::Function* function : functions_callers_reach(module)) {
+    if (has_instruction(*function, torch::jit::SET_ATTR)) {
+      return true;
+    }
+    calls_by_name = calls_by_name || has_instruction(*function, torch::jit::INTERFACE_CALL);
+  }
+  if (calls_by_name) {
+    for (const torch::jit::mobile::Function* function : functions_to_run(module)) {
+      if (has_instruction(*function, torch::jit::SET_ATTR)) {
         return true;
       }
     }
@@ -165,8 +195,14 @@ struct Model::Impl {
     if (method == "forward" && forward_interpreter != nullptr) {
       return forward_interpreter->run(std::move(inputs));
     }
-    return interpreter_of(options) == Interpreter::Lightweight ? interpreter_for(method).run(std::move(inputs))
-                                                               : module.get_method(method)(std::move(inputs));
+    if (interpreter_of(options) == Interpreter::Lightweight) {
+      return interpreter_for(method).run(std::move(inputs));
+    }
+    torch::jit::mobile::Function* function = find_model_method(module, method);
+    if (function == nullptr) {
+      throw BytecodeError("the model has no method '" + method + "'");
+    }
+    return torch::jit::mobile::Method(&module, function)(std::move(inputs));
   }
 
   // A run of `method` by the caller: through the bind-time stage, when there is one. One at a time for a model
@@ -249,10 +285,10 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     impl->timings.bind_ms = ms_since(start);
   }
   start = Clock::now();
-  if (interpreter_of(options) == Interpreter::Lightweight && impl->module.find_method("forward")) {
+  if (interpreter_of(options) == Interpreter::Lightweight && find_model_method(impl->module, "forward")) {
     try {
       impl->forward_interpreter = &impl->interpreter_for("forward");
-      impl->forward_method = impl->module.find_method("forward");
+      impl->forward_method.emplace(&impl->module, find_model_method(impl->module, "forward"));
     } catch (const BytecodeError& e) {
       throw ModelLoadError(path + ": " + printable_first_line(e.what()));
     }
@@ -275,11 +311,11 @@ c10::IValue Model::forward(std::vector<c10::IValue> inputs) const {
 }
 
 c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue> inputs) const {
-  const auto found = impl_->module.find_method(method);
-  if (!found) {
-    throw RunError(impl_->path + ": the model has no method '" + method + "'");
+  torch::jit::mobile::Function* function = find_model_method(impl_->module, method);
+  if (function == nullptr) {
+    throw RunError(impl_->path + ": the model has no method '" + method + "'" + submodules_method_note(impl_->module, method));
   }
-  check_argument_count(*found, inputs);
+  check_argument_count(torch::jit::mobile::Method(&impl_->module, function), inputs);
   // Inference, as a deployed model runs and as reference outputs are computed (under no_grad): grad mode
   // also picks other paths in some ops (transformer layers' fused inference).
   c10::InferenceMode inference_mode;
@@ -294,18 +330,18 @@ c10::IValue Model::run_method(const std::string& method, std::vector<c10::IValue
 
 std::vector<std::string> Model::method_names() const {
   std::vector<std::string> names;
-  for (const auto& method : impl_->module.get_methods()) {
-    names.push_back(method.name());
+  for (const torch::jit::mobile::Function* method : model_methods(impl_->module)) {
+    names.push_back(method->name());
   }
   return names;
 }
 
 const c10::FunctionSchema* Model::method_schema(const std::string& method) const {
-  const auto found = impl_->module.find_method(method);
-  if (!found || !found->function().hasSchema()) {
+  const torch::jit::mobile::Function* function = find_model_method(impl_->module, method);
+  if (function == nullptr || !function->hasSchema()) {
     return nullptr;
   }
-  return &found->function().getSchema();
+  return &function->getSchema();
 }
 
 const std::vector<OperatorUse>& Model::operators() const {

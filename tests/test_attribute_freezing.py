@@ -368,3 +368,91 @@ def test_checks_of_constants_are_computed_and_parameters_compile(
     if isinstance(module, SkipsInEval):
         assert freezing["computed_calls"] >= 3 and freezing["folded_batch_norms"] == 1
         assert not any(site["op"] == "aten::rand" for site in run["call_sites"])  # the training path is gone
+
+
+class RestoresItsState(torch.nn.Module):
+    """Saved as torch.ao's quantized modules are: a __getstate__ / __setstate__ pair, whose __setstate__ assigns
+    the attributes. The loader runs it; nothing after the load can (forward does not call it, and a caller can
+    run only the model's own methods), so it must not keep the model unfrozen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.rand(4, 3, 3, 3) - 0.5
+        self.bias = torch.rand(4) - 0.5
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        return (self.weight, self.bias, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, torch.Tensor, bool]) -> None:
+        self.weight = state[0]
+        self.bias = state[1]
+        self.training = state[2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(x, self.weight, self.bias)
+
+
+class HoldsAStatefulBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = RestoresItsState()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.block(x))
+
+
+class RestoresItsOwnState(RestoresItsState):
+    """The same pair on the model's own class: a caller can run its __setstate__, so the model stays unfrozen."""
+
+
+def save_with_fresh_values(module: torch.nn.Module, stem: Path, seed: int) -> Path:
+    """STEM.ptl, with an input of new values and eager's outputs for it beside it."""
+    generator = torch.Generator().manual_seed(seed)
+    return save_with_eagers_outputs(module.eval(), torch.randn(2, 3, 9, 9, generator=generator), stem)
+
+
+def test_a_submodules_state_restoring_method_leaves_the_model_frozen(predictor: Path, tmp_path: Path) -> None:
+    model = save_with_fresh_values(HoldsAStatefulBlock(), tmp_path / "block", seed=11)
+    assert b"RestoresItsState.__setstate__" in model.read_bytes()  # the bytecode carries it, SET_ATTR and all
+    run = run_json(predictor, model, "--atol", "1e-5")
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is True and freezing["attribute_reads"] >= 2, freezing
+    assert run["outputs_match"] is True, run["mismatch"]
+    sites = run["specialized_sites"]
+    assert len(sites) == 1 and sites[0]["specialized_calls"] > 0, sites  # the conv's weight became a constant
+
+
+def test_the_models_own_state_restoring_method_keeps_it_unfrozen(predictor: Path, tmp_path: Path) -> None:
+    model = save_with_fresh_values(RestoresItsOwnState(), tmp_path / "own", seed=12)
+    run = run_json(predictor, model, "--atol", "1e-5")
+    freezing = run["attribute_freezing"]
+    assert freezing["applied"] is False
+    assert "RestoresItsOwnState.__setstate__ has SET_ATTR" in freezing["kept_because"], freezing
+    assert run["outputs_match"] is True, run["mismatch"]
+
+
+def test_an_unfrozen_quantized_model_is_frozen_and_stays_bit_for_bit_the_stock_interpreters(
+    predictor: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """Every quantized conv's __setstate__ assigns its packed weights, which kept such models unfrozen; now
+    forward's attribute reads become constants, on new input values, with outputs unchanged to the bit."""
+    from test_quantized_models import assert_bitwise_equal, engine_of, exported
+
+    name = "quantized_detection_head_unfrozen"
+    model = tmp_path / "model.ptl"  # away from its reference outputs, which are for the example inputs
+    model.write_bytes(exported(models_dir, name).read_bytes())
+    generator = torch.Generator().manual_seed(21)
+    inputs = [torch.rand(t.shape, generator=generator) for t in get_model(name).example_inputs()]
+    torch.save(inputs, tmp_path / "fresh.inputs.pt")
+    runs = {}
+    for mode in ("static", "dynamic"):
+        run = run_predictor(predictor, model, "--qengine", engine_of(name), "--dispatch", mode, "--input",
+                            tmp_path / "fresh.inputs.pt", "--iters", "2", "--warmup", "0", "--json",
+                            "--save-outputs", tmp_path / f"{mode}.pt")
+        assert run.returncode == 0, run.stderr
+        runs[mode] = run.json()
+    freezing = runs["static"]["attribute_freezing"]
+    assert freezing["applied"] is True and freezing["attribute_reads"] > 0, freezing
+    assert_bitwise_equal(tmp_path / "static.pt", tmp_path / "dynamic.pt")

@@ -1,10 +1,11 @@
 // The public API from C++ alone (include/lightweight_dispatch/runtime.h), as an app uses it:
-//   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl
+//   api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl SUBMODULE_METHOD.ptl
 // Checks that a good model runs from 4 threads at once bit for bit like one thread (also its first calls, when
 // they race to prepare the bind-time stage's kernels: each site is prepared once; with background preparation,
 // once its kernels are ready; first calls racing the background run stay within 1e-5), that a model calling
 // operators the build lacks is one MissingOperatorsError listing all of them, that a damaged file is a
-// ModelLoadError rather than a crash, and that bad inputs are an InputError. Prints one line per check
+// ModelLoadError rather than a crash, that bad inputs are an InputError, and that a submodule's method (its
+// __setstate__) is not one of the model's: listed or run, it would run on the model's object. Prints one line per check
 // and "api_check: N passed, N failed".
 #include <lightweight_dispatch/runtime.h>
 
@@ -283,9 +284,28 @@ void folded_calls_follow_the_input_shapes(const std::string& model_path, const s
         "a folded result the model returns is the caller's own copy");
 }
 
+void a_submodules_method_is_not_the_models(const std::string& path) {
+  const ld::Model model = ld::Model::load(path);
+  const std::vector<std::string> names = model.method_names();
+  check(std::find(names.begin(), names.end(), "forward") != names.end() &&
+            std::find(names.begin(), names.end(), "__setstate__") == names.end(),
+        "the model's methods are its own class's, not a submodule's __setstate__",
+        std::to_string(names.size()) + " listed");
+  try {
+    model.run_method("__setstate__", {});
+    check(false, "running a submodule's method is a RunError", "it ran");
+  } catch (const ld::RunError& e) {
+    const std::string what = e.what();
+    check(what.find("has no method '__setstate__'") != std::string::npos &&
+              what.find("is a submodule's") != std::string::npos,
+          "running a submodule's method is a RunError", what);
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl\n";
+  if (argc != 7) {
+    std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl "
+                 "SUBMODULE_METHOD.ptl\n";
     return 2;
   }
   try {
@@ -296,6 +316,7 @@ int main(int argc, char** argv) {
     missing_operators_are_one_error_listing_all(argv[3]);
     damaged_file_is_an_exception(argv[4]);
     bad_inputs_are_an_input_error(argv[1], argv[1]);
+    a_submodules_method_is_not_the_models(argv[6]);
   } catch (const std::exception& e) {
     check(false, "no unexpected exception", e.what());
   }
