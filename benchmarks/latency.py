@@ -115,6 +115,10 @@ class LatencyServer:
     def run(self, key: str) -> float:
         return self._ask(f"run {key}")
 
+    def compiled_share(self, key: str) -> float:
+        """bench_latency_server only: of the bind-time stage's sites that ran, the share running compiled kernels."""
+        return self._ask(f"compiled {key}")
+
     def close(self) -> None:
         if self in LatencyServer._live:
             LatencyServer._live.remove(self)
@@ -154,6 +158,7 @@ class Samples:
     rounds: list[dict[str, float]] = field(default_factory=list)  # per timed round: mode -> ms
     warm_burst_ms: dict[str, float] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    compiled_share: dict[str, float] = field(default_factory=dict)  # mode -> LatencyServer.compiled_share after the rounds
 
     def steady_ms(self, mode: str) -> list[float]:
         return [r[mode] for r in self.rounds if mode in r]

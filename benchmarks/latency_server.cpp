@@ -6,6 +6,7 @@
 //   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static, static_plain or dynamic; static
 //                                                        includes binding; MODEL.expected.pt must lie beside)
 //   run KEY                             -> "ok MS"
+//   compiled KEY                        -> "ok SHARE" (of the stage's sites that ran, those running compiled)
 //   quit
 // Any failure replies "error MESSAGE" and the server keeps serving. A key's first run is checked against
 // MODEL.expected.pt (eager PyTorch's outputs, written by scripts/dump_ops.py) within 1e-4 + 1e-4 x |expected|, as
@@ -59,6 +60,20 @@ std::string expected_path(const std::string& model_path) {
   return (path.parent_path() / (path.stem().string() + ".expected.pt")).string();
 }
 
+// Of the bind-time stage's sites that ran, the share whose calls ran its compiled kernel more often than the
+// generated ones (after the rounds: a site whose race the generated kernels won runs them on every call);
+// 1 where the stage has no site.
+double compiled_share(const ld::Model& model) {
+  int ran = 0, compiled = 0;
+  for (const ld::SpecializedCallSite& site : model.specialized_sites()) {
+    if (site.specialized_calls + site.generated_calls > 0) {
+      ++ran;
+      compiled += site.specialized_calls > site.generated_calls ? 1 : 0;
+    }
+  }
+  return ran == 0 ? 1.0 : static_cast<double>(compiled) / ran;
+}
+
 class Server {
  public:
   std::string handle(const std::string& line) {
@@ -102,7 +117,16 @@ class Server {
       }
       return "ok " + std::to_string(run_ms);
     }
-    return "error unknown command '" + command + "' (load, run, quit)";
+    if (command == "compiled") {
+      std::string key;
+      words >> key;
+      const auto it = loaded_.find(key);
+      if (it == loaded_.end()) {
+        return "error nothing loaded under '" + key + "'";
+      }
+      return "ok " + std::to_string(compiled_share(*it->second.model));
+    }
+    return "error unknown command '" + command + "' (load, run, compiled, quit)";
   }
 
  private:

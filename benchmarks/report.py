@@ -217,11 +217,13 @@ def real_models_table(section: Section) -> list[str]:
                          _marked(section, f"{p}/static_frozen_to_best_peer", real.PEER_TARGET),
                          _marked(section, f"{p}/static_to_static_frozen", real.FROZEN_TARGET),
                          _marked(section, f"{p}/static_to_static_plain", real.STAGE_TARGET),
-                         _marked(section, f"{p}/static_frozen_to_static_plain_frozen", real.STAGE_TARGET)])
+                         _marked(section, f"{p}/static_frozen_to_static_plain_frozen", real.STAGE_TARGET),
+                         "; ".join(_value(section, f"{p}/{m}/compiled_sites_share", "{:.2f}") for m in real.STAGE_MODES)])
     return _table(["model", "threads", "rounds", *(f"{real.MODE_LABELS[m]} (ms)" for m in real.MODES), "best peer",
                    f"static / best peer (≤ {real.PEER_TARGET})", f"frozen / best peer (≤ {real.PEER_TARGET})",
                    f"unfrozen / frozen (≤ {real.FROZEN_TARGET})", f"stage / no stage (≤ {real.STAGE_TARGET})",
-                   f"frozen: stage / no stage (≤ {real.STAGE_TARGET})"], rows)
+                   f"frozen: stage / no stage (≤ {real.STAGE_TARGET})",
+                   "sites on compiled kernels (static; frozen)"], rows)
 
 
 def real_models_cold_table(section: Section) -> list[str]:

@@ -144,6 +144,7 @@ void BackgroundPreparer::start(const std::string& method, const std::vector<c10:
   }
   status_.running = true;
   running_.store(true, std::memory_order_release);
+  note_preparation_run_started(); // a race on a caller's thread waits from now on, not from the thread's start
   status_.runs += 1;
   worker_ = std::thread([this, method, copy = std::move(copy)]() mutable {
     const auto start = std::chrono::steady_clock::now();
@@ -166,6 +167,7 @@ void BackgroundPreparer::start(const std::string& method, const std::vector<c10:
 void BackgroundPreparer::finish(double ms, std::string error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    note_preparation_run_finished();
     status_.running = false;
     running_.store(false, std::memory_order_release);
     status_.busy_ms += ms;

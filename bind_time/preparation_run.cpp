@@ -1,5 +1,7 @@
 #include <bind_time/preparation_run.h>
 
+#include <atomic>
+
 namespace lightweight_dispatch {
 
 namespace {
@@ -8,6 +10,7 @@ thread_local bool preparing = false;
 thread_local bool unprepared_shape_met = false;
 thread_local bool inputs_stock_layout = true;
 thread_local bool preparation_follows = false;
+std::atomic<int> runs_in_flight{0};
 
 } // namespace
 
@@ -17,6 +20,18 @@ PreparationRunScope::PreparationRunScope() {
 
 PreparationRunScope::~PreparationRunScope() {
   preparing = false;
+}
+
+void note_preparation_run_started() {
+  runs_in_flight.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void note_preparation_run_finished() {
+  runs_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+int preparation_runs_in_flight() {
+  return runs_in_flight.load(std::memory_order_acquire);
 }
 
 bool in_preparation_run() {

@@ -16,6 +16,12 @@ class PreparationRunScope {
 };
 bool in_preparation_run();
 
+// How many preparation runs are in flight now in this process, any model's: counted from the moment one is
+// started (before its thread runs) until it has finished.
+void note_preparation_run_started();
+void note_preparation_run_finished();
+int preparation_runs_in_flight();
+
 // Whether the caller's run on this thread was given inputs in the stock layout (no channels_last 4-d tensor):
 // then the stock kernels return contiguous maps, and a kernel fed a channels_last site result gives its own result
 // back contiguous. Set by Stage::serve for each run, and by a background preparation run from the inputs it
