@@ -4,7 +4,8 @@
 // the caller's next call of that shape. That call is made while BUSY's first background preparation runs (BUSY
 // has many sites, slow to compile): the race must wait, and the call runs the generated kernels, leaving no note.
 // Once BUSY's preparation is over, the next call races (run with LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS=1:
-// every race is lost, so its note says that it ran and where). Prints one line per check and
+// every race is lost, so its note says that it ran and where); a lost race is run once more on the next call
+// before it stands, and never a third time. Prints one line per check and
 // "race_timing_check: ok", or the first failure.
 #include <lightweight_dispatch/runtime.h>
 
@@ -71,12 +72,21 @@ int main(int argc, char** argv) {
             ", compiled calls " + std::to_string(during.specialized_calls));
 
     busy.wait_for_kernels();
+    raced.forward(raced_inputs); // races, and loses (the hook): a first loss does not stand yet
+    const ld::SpecializedCallSite first_race = the_site(raced);
+    ok = check(first_race.notes.empty() && first_race.generated_calls == 3,
+             "with no preparation run in flight the next call races, and a first loss is run again",
+             "notes " + notes_of(first_race) + ", generated calls " + std::to_string(first_race.generated_calls)) && ok;
     raced.forward(raced_inputs);
     const ld::SpecializedCallSite after = the_site(raced);
     const bool raced_now = after.notes.size() == 1 &&
                            after.notes.front().find("timed on the caller's thread") != std::string::npos;
-    ok = check(raced_now && after.generated_calls == 3, "with no preparation run in flight the next call races",
+    ok = check(raced_now && after.generated_calls == 4, "the second loss stands, with its note",
              "notes " + notes_of(after) + ", generated calls " + std::to_string(after.generated_calls)) && ok;
+    raced.forward(raced_inputs);
+    const ld::SpecializedCallSite settled = the_site(raced);
+    ok = check(settled.notes.size() == 1 && settled.generated_calls == 5, "no third race",
+             "notes " + notes_of(settled)) && ok;
     std::cout << (ok ? "race_timing_check: ok" : "race_timing_check: failed") << "\n";
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
