@@ -121,10 +121,8 @@ class Server {
       std::string key;
       words >> key;
       const auto it = loaded_.find(key);
-      if (it == loaded_.end()) {
-        return "error nothing loaded under '" + key + "'";
-      }
-      return "ok " + std::to_string(compiled_share(*it->second.model));
+      return it == loaded_.end() ? "error nothing loaded under '" + key + "'"
+                                 : "ok " + std::to_string(compiled_share(*it->second.model));
     }
     return "error unknown command '" + command + "' (load, run, compiled, quit)";
   }
