@@ -94,6 +94,10 @@ class LatencyServer:
         self._signal(stop=False)
 
     def _ask(self, command: str) -> float:
+        return float(self._reply(command))
+
+    def _reply(self, command: str) -> str:
+        """The text after "ok" of the server's reply to `command`; LatencyError for an error or a dead server."""
         assert self._process.stdin and self._process.stdout
         self._run_alone()
         try:
@@ -107,7 +111,7 @@ class LatencyServer:
         status, _, value = reply.partition(" ")
         if status != "ok":
             raise LatencyError(value)
-        return float(value)
+        return value
 
     def load(self, key: str, mode: str, model: Path, inputs: Path) -> float:
         return self._ask(f"load {key} {mode} {model} {inputs}")
@@ -115,9 +119,11 @@ class LatencyServer:
     def run(self, key: str) -> float:
         return self._ask(f"run {key}")
 
-    def compiled_share(self, key: str) -> float:
-        """bench_latency_server only: of the bind-time stage's sites that ran, the share running compiled kernels."""
-        return self._ask(f"compiled {key}")
+    def compiled_sites(self, key: str) -> tuple[int, int]:
+        """bench_latency_server only: (compiled, ran): the bind-time stage's sites that ran, and of them those
+        running their compiled kernel."""
+        compiled, ran = self._reply(f"compiled {key}").split()
+        return int(compiled), int(ran)
 
     def close(self) -> None:
         if self in LatencyServer._live:
@@ -158,7 +164,7 @@ class Samples:
     rounds: list[dict[str, float]] = field(default_factory=list)  # per timed round: mode -> ms
     warm_burst_ms: dict[str, float] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-    compiled_share: dict[str, float] = field(default_factory=dict)  # mode -> LatencyServer.compiled_share after the rounds
+    compiled_sites: dict[str, tuple[int, int]] = field(default_factory=dict)  # mode -> LatencyServer.compiled_sites, after the rounds
 
     def steady_ms(self, mode: str) -> list[float]:
         return [r[mode] for r in self.rounds if mode in r]

@@ -6,7 +6,8 @@
 //   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static, static_plain or dynamic; static
 //                                                        includes binding; MODEL.expected.pt must lie beside)
 //   run KEY                             -> "ok MS"
-//   compiled KEY                        -> "ok SHARE" (of the stage's sites that ran, those running compiled)
+//   compiled KEY                        -> "ok COMPILED RAN" (the stage's sites that ran, and of them those
+//                                                        running their compiled kernel)
 //   quit
 // Any failure replies "error MESSAGE" and the server keeps serving. A key's first run is checked against
 // MODEL.expected.pt (eager PyTorch's outputs, written by scripts/dump_ops.py) within 1e-4 + 1e-4 x |expected|, as
@@ -33,7 +34,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: bench_latency_server [--threads T]
 
 Reads commands from stdin (see benchmarks/latency_server.cpp): load KEY MODE MODEL.ptl INPUTS.pt,
-run KEY, quit. Replies "ok VALUE_MS" or "error MESSAGE", one line each. --threads sets LibTorch's
+run KEY, compiled KEY, quit. Replies "ok VALUE..." or "error MESSAGE", one line each. --threads sets LibTorch's
 intra-op threads for the whole process (default: LibTorch's choice).
 )";
 
@@ -60,10 +61,14 @@ std::string expected_path(const std::string& model_path) {
   return (path.parent_path() / (path.stem().string() + ".expected.pt")).string();
 }
 
-// Of the bind-time stage's sites that ran, the share whose calls ran its compiled kernel more often than the
-// generated ones (after the rounds: a site whose race the generated kernels won runs them on every call);
-// 1 where the stage has no site.
-double compiled_share(const ld::Model& model) {
+// The bind-time stage's sites that ran, and of them those whose calls ran the compiled kernel more often than the
+// generated ones (after the rounds: a site whose race the generated kernels won runs them on every call).
+struct CompiledSites {
+  int compiled = 0;
+  int ran = 0;
+};
+
+CompiledSites compiled_sites(const ld::Model& model) {
   int ran = 0, compiled = 0;
   for (const ld::SpecializedCallSite& site : model.specialized_sites()) {
     if (site.specialized_calls + site.generated_calls > 0) {
@@ -71,7 +76,7 @@ double compiled_share(const ld::Model& model) {
       compiled += site.specialized_calls > site.generated_calls ? 1 : 0;
     }
   }
-  return ran == 0 ? 1.0 : static_cast<double>(compiled) / ran;
+  return {compiled, ran};
 }
 
 class Server {
@@ -121,8 +126,11 @@ class Server {
       std::string key;
       words >> key;
       const auto it = loaded_.find(key);
-      return it == loaded_.end() ? "error nothing loaded under '" + key + "'"
-                                 : "ok " + std::to_string(compiled_share(*it->second.model));
+      if (it == loaded_.end()) {
+        return "error nothing loaded under '" + key + "'";
+      }
+      const CompiledSites sites = compiled_sites(*it->second.model);
+      return "ok " + std::to_string(sites.compiled) + " " + std::to_string(sites.ran);
     }
     return "error unknown command '" + command + "' (load, run, compiled, quit)";
   }

@@ -164,7 +164,7 @@ def steady_state(server_binary: Path, peers_python: Path, models_dir: Path, name
         interleaved(runners, samples, runs, warmup, seed=threads, adjacent=ADJACENT)
         for mode in STAGE_MODES:
             if mode in runners:
-                samples.compiled_share[mode] = cpp.compiled_share(mode)
+                samples.compiled_sites[mode] = cpp.compiled_sites(mode)
     return samples
 
 
@@ -244,11 +244,11 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
         for mode in ("static", "static_frozen"):
             _paired(section, prefix, samples, mode, peer, f"{mode}_to_best_peer",
                     f"median over rounds of {mode} / {peer} (the best peer) in the same round")
-    for mode, share in samples.compiled_share.items():
-        section.add(f"{prefix}/{mode}/compiled_sites_share", round(share, 3), "share",
-                    "of the bind-time stage's sites that ran, those whose calls ran the compiled kernel more often "
-                    "than the generated ones, after the rounds (a site whose race the generated kernels won runs "
-                    "them on every call)")
+    for mode, (compiled, ran) in samples.compiled_sites.items():
+        section.add(f"{prefix}/{mode}/stage_sites_ran", ran, "sites", "the bind-time stage's call sites that ran")
+        section.add(f"{prefix}/{mode}/compiled_sites", compiled, "sites",
+                    "of those, the sites whose calls ran the compiled kernel more often than the generated ones, after "
+                    "the rounds (a site whose race the generated kernels won runs them on every call)")
     _paired(section, prefix, samples, "static", "static_frozen", "static_to_static_frozen",
             "median over rounds of unfrozen / frozen (stage on) in the same round")
     _paired(section, prefix, samples, "static", "static_plain", "static_to_static_plain",

@@ -26,6 +26,15 @@ def _value(section: Section, name: str, fmt: str = "{:,.0f}") -> str:
     return fmt.format(section.get(name)) if section.has(name) else "–"
 
 
+def _compiled_sites(section: Section, mode_prefix: str) -> str:
+    """"6 / 36": of the bind-time stage's sites that ran in this mode, those on their compiled kernel; "no site"
+    where the stage has none (a quantized model's convs stay LibTorch's)."""
+    if not section.has(f"{mode_prefix}/stage_sites_ran"):
+        return "–"
+    ran = section.get(f"{mode_prefix}/stage_sites_ran")
+    return f"{section.get(f'{mode_prefix}/compiled_sites')} / {ran}" if ran else "no site"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
@@ -218,7 +227,7 @@ def real_models_table(section: Section) -> list[str]:
                          _marked(section, f"{p}/static_to_static_frozen", real.FROZEN_TARGET),
                          _marked(section, f"{p}/static_to_static_plain", real.STAGE_TARGET),
                          _marked(section, f"{p}/static_frozen_to_static_plain_frozen", real.STAGE_TARGET),
-                         "; ".join(_value(section, f"{p}/{m}/compiled_sites_share", "{:.2f}") for m in real.STAGE_MODES)])
+                         "; ".join(_compiled_sites(section, f"{p}/{m}") for m in real.STAGE_MODES)])
     return _table(["model", "threads", "rounds", *(f"{real.MODE_LABELS[m]} (ms)" for m in real.MODES), "best peer",
                    f"static / best peer (≤ {real.PEER_TARGET})", f"frozen / best peer (≤ {real.PEER_TARGET})",
                    f"unfrozen / frozen (≤ {real.FROZEN_TARGET})", f"stage / no stage (≤ {real.STAGE_TARGET})",

@@ -339,6 +339,19 @@ def test_the_cpp_server_checks_its_first_outputs_and_drops_a_key_whose_outputs_a
     assert replies[5] == "error nothing loaded under 'w'"
 
 
+def test_the_cpp_server_counts_the_stages_sites_and_those_running_compiled_kernels() -> None:
+    models = REPO_ROOT / "build" / "models"
+    conv = models / "ssdlite_head_convs"  # 12 conv sites the stage compiles (kept untimed: conftest's hook)
+    replies = _ask_cpp_server([f"load c static {conv}.ptl {conv}.inputs.pt", "run c", "run c", "run c", "compiled c",
+                               f"load n static_plain {conv}.ptl {conv}.inputs.pt", "run n", "compiled n",
+                               "compiled nothing"])
+    assert [r.split()[0] for r in replies] == ["ok"] * 8 + ["error"], replies
+    compiled, ran = (int(word) for word in replies[4].split()[1:])
+    assert ran == 12 and compiled == 12, replies[4]
+    assert replies[7] == "ok 0 0"  # --no-specialize: no site ran through the stage
+    assert replies[8] == "error nothing loaded under 'nothing'"
+
+
 def test_the_cpp_server_refuses_a_model_without_expected_outputs(tmp_path: Path) -> None:
     import shutil
 

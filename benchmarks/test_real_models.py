@@ -121,6 +121,7 @@ def test_the_real_model_section_judges_ours_against_the_faster_peer_and_reports_
                              "static_frozen": [9.0 / 1.02, 9.2 / 1.02, 9.1 / 1.02],
                              "static_plain_frozen": [8.0, 8.0, 8.0],
                              "onnxruntime": [12.0, 12.0, 12.0], "executorch": [10.0, 10.0, 10.0]})
+    samples.compiled_sites = {"static": (21, 21), "static_frozen": (17, 21)}
     real.record_steady("resnet18", 1, samples, 3, section)
     p = "real_models/resnet18/threads_1"
     assert section.get(f"{p}/best_peer") == "executorch"
@@ -142,6 +143,7 @@ def test_the_real_model_section_judges_ours_against_the_faster_peer_and_reports_
     int8 = _fake_samples({"static": [5.0, 5.0, 5.0], "static_plain": [5.0, 5.0, 5.0], "static_frozen": [5.0, 5.0, 5.0],
                           "static_plain_frozen": [5.0, 5.0, 5.0], "onnxruntime": [4.0, 4.0, 4.0]})
     int8.failed["executorch"] = "not exported: eager-mode quantized modules are not exportable"
+    int8.compiled_sites = {"static": (0, 0), "static_frozen": (0, 0)}  # the stage leaves quantized convs alone
     real.record_steady("mobilenet_v2_int8", 1, int8, 3, section)
     assert section.get("real_models/mobilenet_v2_int8/threads_1/best_peer") == "onnxruntime"
     real.judge("mobilenet_v2_int8", (1, 2), section)
@@ -154,8 +156,10 @@ def test_the_real_model_section_judges_ours_against_the_faster_peer_and_reports_
     markdown = "\n".join(real_models_lines(section))
     row = next(line for line in markdown.splitlines() if line.startswith("| `resnet18` | 1 |"))
     assert "| ExecuTorch |" in row and "0.910 ✓" in row and "1.020 ✓" in row and "✗" in row
+    assert row.endswith("| 21 / 21; 17 / 21 |"), row
     int8_row = next(line for line in markdown.splitlines() if line.startswith("| `mobilenet_v2_int8` | 1 |"))
     assert "| ONNX Runtime |" in int8_row and "1.250 ✗" in int8_row
+    assert int8_row.endswith("| no site; no site |"), int8_row
     cold_row = next(line for line in real_models_cold_table(section) if line.startswith("| `resnet18`"))
     assert "14.0 (10.0 + 4.0)" in cold_row and "1.40 ✓" in cold_row and "1.60 ✗" in cold_row
 
