@@ -1,6 +1,7 @@
 """The benchmarks' own arithmetic and assumptions (`.venv/bin/python -m pytest benchmarks`): fast, no build needed."""
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
@@ -309,13 +310,13 @@ def test_serve_checks_the_first_run_only_and_drops_a_key_whose_outputs_are_wrong
     assert replies[4] == "error OutputMismatch: output 0 differs" and replies[5] == "error KeyError: 'b'"
 
 
-def _ask_cpp_server(commands: list[str]) -> list[str]:
+def _ask_cpp_server(commands: list[str], env: dict[str, str] | None = None) -> list[str]:
     import subprocess
 
     server = REPO_ROOT / "build" / "benchmarks" / "bench_latency_server"
     assert server.is_file(), f"{server} is missing: ./build.sh test builds it (target bench_latency_server)"
     done = subprocess.run([str(server), "--threads", "1"], input="".join(c + "\n" for c in [*commands, "quit"]),
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -350,6 +351,11 @@ def test_the_cpp_server_counts_the_stages_sites_and_those_running_compiled_kerne
     assert ran == 12 and compiled == 12, replies[4]
     assert replies[7] == "ok 0 0"  # --no-specialize: no site ran through the stage
     assert replies[8] == "error nothing loaded under 'nothing'"
+    # Races on, each lost (test hook): every site ran, none on its compiled kernel.
+    env = {name: value for name, value in os.environ.items() if name != "LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE"}
+    env["LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS"] = "1"
+    replies = _ask_cpp_server([f"load c static {conv}.ptl {conv}.inputs.pt", *["run c"] * 6, "compiled c"], env)
+    assert replies[-1] == "ok 0 12", replies
 
 
 def test_the_cpp_server_refuses_a_model_without_expected_outputs(tmp_path: Path) -> None:
