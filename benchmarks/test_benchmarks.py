@@ -1,7 +1,6 @@
 """The benchmarks' own arithmetic and assumptions (`.venv/bin/python -m pytest benchmarks`): fast, no build needed."""
 from __future__ import annotations
 
-import os
 import random
 import sys
 from pathlib import Path
@@ -352,8 +351,9 @@ def test_the_cpp_server_counts_the_stages_sites_and_those_running_compiled_kerne
     assert replies[7] == "ok 0 0"  # --no-specialize: no site ran through the stage
     assert replies[8] == "error nothing loaded under 'nothing'"
     # Races on, each lost (test hook): every site ran, none on its compiled kernel.
-    env = {name: value for name, value in os.environ.items() if name != "LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE"}
-    env["LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS"] = "1"
+    from tests.predictor_runner import race_on_environment
+
+    env = {**race_on_environment(), "LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS": "1"}
     replies = _ask_cpp_server([f"load c static {conv}.ptl {conv}.inputs.pt", *["run c"] * 6, "compiled c"], env)
     assert replies[-1] == "ok 0 12", replies
 
