@@ -186,13 +186,19 @@ class SiteKernel {
       run_generated(stack);
       return;
     }
+    if (!compiled_kernels_allowed()) { // the model check found the run faster without (model_check.h)
+      run_generated(stack);
+      return;
+    }
     const at::Tensor& input = input_value.toTensor();
     const at::Tensor* residual = adds ? &residual_value->toTensor() : nullptr;
     if (const Prepared* prepared = find_prepared(input, residual)) {
       run_prepared(*prepared, input, residual, stack);
-    } else if (prepare_on_first_call_ || in_preparation_run()) {
+    } else if ((prepare_on_first_call_ || in_preparation_run()) && !in_comparison_run()) {
+      note_stage_decision();
       prepare_and_run(input, residual, stack);
     } else {
+      note_stage_decision();
       note_unprepared_shape(); // a preparation run on this call's inputs will prepare it
       run_generated(stack, GeneratedLayout::Stock);
     }
@@ -289,7 +295,8 @@ class SiteKernel {
   void run_prepared(const Prepared& prepared, const at::Tensor& input, const at::Tensor* residual,
       torch::jit::Stack& stack) const {
     if (prepared.race_pending.load(std::memory_order_acquire) && !in_preparation_run()) {
-      if (preparation_runs_in_flight() > 0) {
+      note_stage_decision(); // a run with a race to come is not one the next runs repeat
+      if (preparation_runs_in_flight() > 0 || in_comparison_run()) {
         // A preparation run (this model's or another's) is compiling beside this call, with an OpenMP team of its
         // own on the same cores: a race now would time both sides slowed and disturbed. In the benchmark's server,
         // which runs on without waiting for the preparation, 6 of DistilBERT's 36 linear sites lost their race
@@ -307,14 +314,15 @@ class SiteKernel {
     at::Tensor result = prepared.partition->run(input, residual);
     torch::jit::drop(stack, frame_.size);
     torch::jit::push(stack, std::move(result));
-    if (!in_preparation_run()) { // the caller's calls only
+    note_compiled_call();
+    if (in_callers_run()) { // the caller's calls only
       specialized_calls_.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
   // The generated kernels, as the sites would run without the stage.
   void run_generated(torch::jit::Stack& stack, GeneratedLayout layout = GeneratedLayout::AsPlanned) const {
-    if (!in_preparation_run()) { // the caller's calls only
+    if (in_callers_run()) { // the caller's calls only
       generated_calls_.fetch_add(1, std::memory_order_relaxed);
     }
     run_generated_kernels(stack, layout);

@@ -367,7 +367,7 @@ void FoldedCall::operator()(torch::jit::Stack& stack) const {
       torch::jit::drop(stack, inputs_);
       stack.insert(stack.end(), last_outputs_.begin(), last_outputs_.end());
       hand_out(last_outputs_);
-      reused_ += in_preparation_run() ? 0 : 1; // the caller's calls only
+      reused_ += in_callers_run() ? 1 : 0; // the caller's calls only
       return;
     }
   }
@@ -379,7 +379,7 @@ void FoldedCall::operator()(torch::jit::Stack& stack) const {
   last_inputs_ = std::move(inputs);
   last_outputs_ = std::move(outputs);
   remembered_ = true;
-  computed_ += in_preparation_run() ? 0 : 1;
+  computed_ += in_callers_run() ? 1 : 0;
 }
 
 bool FoldedCall::same_inputs_locked(const torch::jit::Stack& stack) const {

@@ -64,6 +64,9 @@ void MaxPoolLayoutKernel::operator()(torch::jit::Stack& stack) const {
     return;
   }
   const std::optional<bool> channels_last = decided(stack[input_at].toTensor());
+  if (!channels_last) {
+    note_stage_decision(); // timed now or in the preparation run
+  }
   if (!channels_last && preparation_run_follows() && defer_once(stack[input_at].toTensor())) {
     note_unprepared_shape(); // timed in the preparation run, not on this caller's call
     ++stock_calls_;
@@ -146,6 +149,7 @@ bool AvgPoolLayoutKernel::agrees(const torch::jit::Stack& stack, size_t input_at
   if (const auto found = channels_last_for_.find(input.sizes().vec()); found != channels_last_for_.end()) {
     return found->second;
   }
+  note_stage_decision();
   const torch::jit::Stack arguments(stack.begin() + static_cast<std::ptrdiff_t>(input_at), stack.end());
   const auto agrees_on = [&](const at::Tensor& map) {
     torch::jit::Stack as_given = arguments, contiguous = arguments;

@@ -10,6 +10,9 @@ thread_local bool preparing = false;
 thread_local bool unprepared_shape_met = false;
 thread_local bool inputs_stock_layout = true;
 thread_local bool preparation_follows = false;
+thread_local bool comparing = false;
+thread_local bool compiled_allowed = true;
+thread_local RunActivity activity;
 std::atomic<int> runs_in_flight{0};
 
 } // namespace
@@ -20,6 +23,46 @@ PreparationRunScope::PreparationRunScope() {
 
 PreparationRunScope::~PreparationRunScope() {
   preparing = false;
+}
+
+ComparisonRunScope::ComparisonRunScope(bool compiled_kernels) {
+  comparing = true;
+  compiled_allowed = compiled_kernels;
+}
+
+ComparisonRunScope::~ComparisonRunScope() {
+  comparing = false;
+  compiled_allowed = true;
+}
+
+bool in_comparison_run() {
+  return comparing;
+}
+
+bool in_callers_run() {
+  return !preparing && !comparing;
+}
+
+void set_compiled_kernels_allowed(bool allowed) {
+  compiled_allowed = allowed;
+}
+
+bool compiled_kernels_allowed() {
+  return compiled_allowed;
+}
+
+void note_compiled_call() {
+  activity.compiled_calls += 1;
+}
+
+void note_stage_decision() {
+  activity.decided = true;
+}
+
+RunActivity take_run_activity() {
+  const RunActivity taken = activity;
+  activity = RunActivity{};
+  return taken;
 }
 
 void note_preparation_run_started() {

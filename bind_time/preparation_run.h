@@ -3,6 +3,8 @@
 // sits below both.
 #pragma once
 
+#include <cstdint>
+
 namespace lightweight_dispatch {
 
 // On the thread of a preparation run: sites prepare the shapes they meet, and their calls are not counted (the
@@ -15,6 +17,37 @@ class PreparationRunScope {
   PreparationRunScope& operator=(const PreparationRunScope&) = delete;
 };
 bool in_preparation_run();
+
+// On the thread of a comparison run (model_check.h): the stage runs the model once more on a copy of a caller's
+// inputs to time it with and without the compiled kernels. Its calls are not counted and it prepares nothing.
+class ComparisonRunScope {
+ public:
+  // `compiled_kernels`: whether the sites may run their compiled kernels in this run.
+  explicit ComparisonRunScope(bool compiled_kernels);
+  ~ComparisonRunScope();
+  ComparisonRunScope(const ComparisonRunScope&) = delete;
+  ComparisonRunScope& operator=(const ComparisonRunScope&) = delete;
+};
+bool in_comparison_run();
+// A call made by the caller's run (neither a preparation run nor a comparison run): the one the counters count.
+bool in_callers_run();
+
+// Whether the sites may run their compiled kernels in the run on this thread: set by Stage::serve for each of a
+// caller's runs (the model check's verdict for its inputs), by a comparison run for itself; true where nothing set
+// it. Where false, every site runs its generated kernels, as a site whose every race was lost.
+void set_compiled_kernels_allowed(bool allowed);
+bool compiled_kernels_allowed();
+
+// What the run on this thread did that the model check needs to know, since the last take_run_activity(): how
+// many calls ran a compiled kernel, and whether any kernel decided something (compiled or checked a kernel, ran
+// or deferred a race, timed a layout) — a run that decided nothing is one the next runs repeat.
+struct RunActivity {
+  int64_t compiled_calls = 0;
+  bool decided = false;
+};
+void note_compiled_call();
+void note_stage_decision();
+RunActivity take_run_activity();
 
 // How many preparation runs are in flight now in this process, any model's: counted from the moment one is
 // started (before its thread runs) until it has finished.

@@ -3,6 +3,7 @@
 #include <bind_time/attribute_freezing.h>
 #include <bind_time/background_preparation.h>
 #include <bind_time/call_site_specialization.h>
+#include <bind_time/model_check.h>
 #include <bind_time/preparation_run.h>
 
 #include <c10/core/InferenceMode.h>
@@ -14,15 +15,20 @@ std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const Op
   std::unique_ptr<Stage> stage(new Stage());
   stage->run_ = std::move(run);
   stage->freezing_ = freeze_attributes(module, schema_of); // first: the other rewrites then see constants
+  const std::string second_run_would_show = why_a_preparation_run_would_show(module, schema_of);
   bool background = preparation == Preparation::Background;
   if (background) {
-    stage->first_call_because_ = why_a_preparation_run_would_show(module, schema_of);
+    stage->first_call_because_ = second_run_would_show;
     background = stage->first_call_because_.empty();
   }
   stage->specialization_ = specialize_call_sites(module, schema_of, kernel_of, !background);
   if (!stage->specialization_->has_sites()) {
     stage->first_call_because_.clear(); // nothing to prepare either way
   }
+  stage->check_ = std::make_unique<ModelCheck>(
+      !stage->specialization_->has_sites() ? "no call site can run a compiled kernel"
+      : !second_run_would_show.empty()     ? "a run it makes unseen could be seen: " + second_run_would_show
+                                           : "");
   if (background && stage->specialization_->has_sites()) {
     stage->preparer_ = std::make_unique<BackgroundPreparer>(
         [run = stage->run_](const std::string& method, std::vector<c10::IValue> inputs) {
@@ -46,6 +52,25 @@ c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inp
   set_run_inputs_stock_layout(stock_inputs);
   set_preparation_run_follows(preparer_ != nullptr);
   const bool restore = specialization_->may_return_channels_last() && stock_inputs;
+  const std::string kind = check_->runs() ? inputs_kind(method, inputs) : std::string();
+  const ModelCheck::Plan plan = check_->plan(kind);
+  std::vector<c10::IValue> kept; // as given, for the model check: the run may change its inputs in place
+  if (plan.keep_inputs) {
+    for (const c10::IValue& input : inputs) {
+      kept.push_back(input.deepcopy());
+    }
+  }
+  set_compiled_kernels_allowed(plan.compiled_kernels);
+  take_run_activity(); // only this run's
+  struct InFlight {
+    std::atomic<int>& count;
+    explicit InFlight(std::atomic<int>& c) : count(c) {
+      count.fetch_add(1, std::memory_order_acq_rel);
+    }
+    ~InFlight() {
+      count.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  } in_flight(runs_in_flight_);
   c10::IValue output;
   specialization_->forget_handed_out();
   if (!preparer_) {
@@ -58,8 +83,33 @@ c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inp
       preparer_->start(method, given);
     }
   }
+  const RunActivity activity = take_run_activity();
   output = specialization_->protect_folded(std::move(output));
-  return restore ? restore_stock_layout(std::move(output)) : output;
+  output = restore ? restore_stock_layout(std::move(output)) : output;
+  if (plan.keep_inputs) {
+    const bool alone = runs_in_flight_.load(std::memory_order_acquire) == 1 && preparation_runs_in_flight() == 0;
+    check_->after_callers_run(kind, method, kept, activity, alone,
+        [this](const std::string& m, std::vector<c10::IValue> in, bool compiled) {
+          return comparison_run(m, std::move(in), compiled);
+        });
+  }
+  return output;
+}
+
+RunActivity Stage::comparison_run(
+    const std::string& method, std::vector<c10::IValue> inputs, bool compiled_kernels) const {
+  const ComparisonRunScope scope(compiled_kernels);
+  specialization_->forget_handed_out();
+  take_run_activity();
+  take_unprepared_shape();
+  run_(method, std::move(inputs)); // its output is dropped: what it shares with folded values, too
+  specialization_->forget_handed_out();
+  take_unprepared_shape(); // a comparison run starts no preparation run
+  return take_run_activity();
+}
+
+ModelCheckReport Stage::model_check() const {
+  return check_ ? check_->report() : ModelCheckReport{};
 }
 
 std::optional<std::string> Stage::runs(

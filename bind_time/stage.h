@@ -4,17 +4,20 @@
 // sites to kernels of its own (compiled partitions, folded values): those live in the module's operator tables,
 // so the interpreter runs them like any other call site. Around each of a caller's runs the runtime hands the run
 // to Stage::serve, which does what the stage's kernels need around a run (starting a background preparation run,
-// cloning what shares memory with a folded value, giving returned tensors the stock layout). Everything else —
+// cloning what shares memory with a folded value, giving returned tensors the stock layout, and the model check
+// once the runs on some inputs have settled: model_check.h). Everything else —
 // which rewrites exist, how they are proven, prepared and checked — stays inside bind_time/.
 #pragma once
 
 #include <bind_time/in_place_elementwise.h>
+#include <bind_time/preparation_run.h>
 #include <lightweight_dispatch/bind_time_report.h>
 #include <runtime/op_binding.h>
 
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/jit/mobile/module.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,6 +27,7 @@
 namespace lightweight_dispatch {
 
 class BackgroundPreparer;
+class ModelCheck;
 class Specialization;
 
 class Stage {
@@ -57,17 +61,22 @@ class Stage {
   // Returns once no background preparation run is running.
   void wait_for_kernels() const;
   BackgroundPreparationStatus background_preparation() const;
+  ModelCheckReport model_check() const;
   const AttributeFreezingReport& attribute_freezing() const {
     return freezing_;
   }
 
  private:
   Stage() = default;
+  // Runs `method` on a copy of a caller's inputs for the model check, with or without the compiled kernels.
+  RunActivity comparison_run(const std::string& method, std::vector<c10::IValue> inputs, bool compiled_kernels) const;
 
   MethodRun run_;
   std::shared_ptr<Specialization> specialization_;
   std::unique_ptr<BackgroundPreparer> preparer_; // Preparation::Background, with sites to prepare
   std::string first_call_because_; // Background asked for, but a preparation run would show: why
+  std::unique_ptr<ModelCheck> check_;
+  mutable std::atomic<int> runs_in_flight_{0}; // the caller's runs through serve, now
   AttributeFreezingReport freezing_;
 };
 

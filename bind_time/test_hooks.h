@@ -1,6 +1,7 @@
 // Test-only hooks of the bind-time stage, read from the environment once. Only the tests set them: one keeps a
 // timed rewrite untimed (the answer is the same either way), one makes every race go to the generated kernels, one
-// compiles wrong kernels for the checks to catch.
+// compiles wrong kernels for the checks to catch, and LIGHTWEIGHT_DISPATCH_TEST_ONLY_MODEL_CHECK=with_compiled or
+// =without_compiled runs the model check (model_check.h) even under the first and gives it that verdict.
 #pragma once
 
 #include <cstdlib>
@@ -12,6 +13,12 @@ namespace lightweight_dispatch {
 inline bool test_hook_set(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::string(value) == "1";
+}
+
+// What the environment sets `name` to ("" if nothing).
+inline std::string test_hook_value(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
 }
 
 // LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE=1: every rewrite the stage times before keeping it (a compiled kernel

@@ -341,6 +341,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.specialized_sites = module.specialized_sites(); // after the runs: their counters
   report.folded_calls = module.folded_calls();
   report.attribute_freezing = module.attribute_freezing();
+  report.model_check = module.model_check();
   report.layout_calls = module.layout_calls(); // after the runs: their counters
   report.in_place_calls = module.in_place_calls();
   ExitCode code = compare_with_reference(options, outputs, report);

@@ -226,6 +226,27 @@ void print_huge_pages_text(std::ostream& out, const RunReport& report) {
 }
 
 // The bind-time stage's sites, grouped by what they run, with their calls.
+void print_model_check_text(std::ostream& out, const ModelCheckReport& check) {
+  if (!check.not_run_because.empty()) {
+    out << "  model check: not run (" << check.not_run_because << ")\n";
+    return;
+  }
+  if (check.checks.empty()) {
+    out << "  model check: not run yet (the runs had not settled, or ran no compiled kernel)\n";
+  }
+  for (const ModelCheckOfInputs& checked : check.checks) {
+    out << "  model check on " << checked.inputs << ": ";
+    if (!checked.compared) {
+      out << "no verdict, compiled kernels kept as raced (" << checked.note << ")\n";
+      continue;
+    }
+    out << (checked.compiled_kept ? "compiled kernels kept" : "compiled kernels turned off, every site runs its generated kernels")
+        << std::fixed << std::setprecision(2) << " (a run " << checked.with_compiled_ms << " ms with them, "
+        << checked.without_compiled_ms << " ms without; median ratio " << std::setprecision(3) << checked.median_ratio
+        << " over " << checked.pairs << " interleaved pairs)" << std::defaultfloat << "\n";
+  }
+}
+
 void print_specialization_text(std::ostream& out, const RunReport& report) {
   if (!report.specialize) {
     return;
@@ -291,6 +312,7 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   for (const std::string& note : notes) {
     out << "  kept generated: " << note << "\n";
   }
+  print_model_check_text(out, report.model_check);
 }
 
 std::string json_int_list(const std::vector<size_t>& values) {
@@ -307,6 +329,18 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
       << background.runs << ", \"busy_ms\": " << background.busy_ms << ", \"waited_ms\": " << report.kernels_waited_ms
       << ", \"error\": " << json_string(background.error)
       << ", \"first_call_because\": " << json_string(background.first_call_because) << "}";
+  out << ", \"model_check\": {\"not_run_because\": " << json_string(report.model_check.not_run_because)
+      << ", \"checks\": [";
+  for (size_t i = 0; i < report.model_check.checks.size(); ++i) {
+    const ModelCheckOfInputs& checked = report.model_check.checks[i];
+    out << (i ? ", " : "") << "{\"inputs\": " << json_string(checked.inputs)
+        << ", \"compared\": " << (checked.compared ? "true" : "false")
+        << ", \"compiled_kept\": " << (checked.compiled_kept ? "true" : "false") << ", \"pairs\": " << checked.pairs
+        << ", \"with_compiled_ms\": " << checked.with_compiled_ms
+        << ", \"without_compiled_ms\": " << checked.without_compiled_ms
+        << ", \"median_ratio\": " << checked.median_ratio << ", \"note\": " << json_string(checked.note) << "}";
+  }
+  out << "]}";
   const AttributeFreezingReport& freezing = report.attribute_freezing;
   out << ", \"attribute_freezing\": {\"applied\": " << (freezing.applied ? "true" : "false")
       << ", \"kept_because\": " << json_string(freezing.kept_because) << ", \"attribute_reads\": "

@@ -35,6 +35,7 @@ struct RunReport {
   double first_run_ms = 0.0;
   // Preparation::Background: its runs, and how long lite_predictor waited for them after the first run.
   BackgroundPreparationStatus background_preparation;
+  ModelCheckReport model_check; // after the runs
   double kernels_waited_ms = 0.0;
   double median_ms = 0.0;
   double min_ms = 0.0;

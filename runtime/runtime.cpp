@@ -400,6 +400,11 @@ AttributeFreezingReport Model::attribute_freezing() const {
   return impl_->stage ? impl_->stage->attribute_freezing() : AttributeFreezingReport{};
 }
 
+ModelCheckReport Model::model_check() const {
+  return impl_->stage ? impl_->stage->model_check()
+                      : ModelCheckReport{"the bind-time stage is off (LoadOptions::specialize, or dynamic dispatch)", {}};
+}
+
 BackgroundPreparationStatus Model::background_preparation() const {
   return impl_->stage ? impl_->stage->background_preparation() : BackgroundPreparationStatus{};
 }

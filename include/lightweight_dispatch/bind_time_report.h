@@ -89,6 +89,26 @@ struct AttributeFreezingReport {
   int64_t removed_instructions = 0;    // instructions fewer in all (dead branches, moves, stores)
 };
 
+// The model check (the stage's whole-run comparison of its compiled kernels with its sites' generated kernels,
+// on copies of a caller's inputs once the caller's runs on them have settled) on one kind of inputs.
+struct ModelCheckOfInputs {
+  std::string inputs;             // the method and its inputs' kinds: "forward(float[1, 3, 224, 224])"
+  bool compared = false;          // the timed pairs ran to a verdict (false: `note` says why not)
+  bool compiled_kept = true;      // later runs on such inputs run the compiled kernels (false: every site's
+                                  // generated kernels)
+  int pairs = 0;                  // pairs of runs timed, one with the compiled kernels and one without
+  double with_compiled_ms = 0;    // the median run of each side
+  double without_compiled_ms = 0;
+  double median_ratio = 0;        // the median of the pairs' ratios, with / without
+  std::string note;               // why the check ended without a verdict ("" when compared)
+};
+
+// Every model check so far (Model::model_check).
+struct ModelCheckReport {
+  std::string not_run_because;    // why this model's runs are never checked ("" if they are)
+  std::vector<ModelCheckOfInputs> checks;
+};
+
 // Preparation::Background's runs (Model::background_preparation).
 struct BackgroundPreparationStatus {
   int runs = 0;         // started so far: one after each call that met a shape some site had no kernel for

@@ -206,6 +206,9 @@ class Model {
   BackgroundPreparationStatus background_preparation() const;
   // What bind-time freezing did to a model saved without freezing (all zero without the stage).
   AttributeFreezingReport attribute_freezing() const;
+  // The model check's verdicts so far: per kind of inputs, whether the runs keep the compiled kernels, and the
+  // timed runs that decided it (empty without the stage; `not_run_because` says why a model is never checked).
+  ModelCheckReport model_check() const;
 
   const std::string& path() const;
   const LoadOptions& options() const;
