@@ -47,7 +47,9 @@ options:
   --atol A           absolute tolerance for the comparison (default 1e-5)
   --rtol R           relative tolerance for the comparison (default 1e-5)
   --iters N          timed runs after warm-up (default 10)
-  --warmup N         untimed runs after the first (default 1)
+  --warmup N         untimed runs after the first (default 1). The bind-time stage's races and its
+                     model check run in the first few calls (DistilBERT: the fourth): a warm-up of 4
+                     or more keeps their cost out of the timed runs
   --threads T        intra-op threads (default: LibTorch's choice)
   --qengine E        quantized engine: qnnpack, fbgemm, x86 or onednn (those this LibTorch has). Set
                      before the model loads, since a quantized model's packed weights are rebuilt at
@@ -75,7 +77,10 @@ options:
                      a 1x1 conv in one kernel with the depthwise conv it feeds, wherever that kernel
                      agrees with the generated ones and is timed 5% faster than them (sites computing the
                      same problem share one timing); the report lists them, and why a site kept its
-                     generated kernels
+                     generated kernels. Once the runs on some inputs settle, the model check runs the
+                     model a few more times on copies of them, with and without the compiled kernels in
+                     turn, and later runs on such inputs keep the compiled kernels only if the runs with
+                     them were 2% faster (the report's "model check" line)
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
                      background (default): the first run runs the generated kernels, then the model runs
                      once more on a thread of its own to compile and check every site; lite_predictor

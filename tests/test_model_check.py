@@ -12,10 +12,9 @@ from pathlib import Path
 
 import torch
 
-from predictor_runner import race_on_environment, run_predictor
+from predictor_runner import MODEL_CHECK_HOOK, race_on_environment, run_predictor
 from test_bind_time_kernels import CountsItsCalls, ResidualMlp, _save_inputs, save_frozen
 
-MODEL_CHECK_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_MODEL_CHECK"
 GENERATED_WINS_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS"
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
