@@ -10,6 +10,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 from predictor_runner import MODEL_CHECK_HOOK, race_on_environment, run_predictor
@@ -99,3 +100,17 @@ def test_no_stage_no_check(predictor: Path, tmp_path: Path) -> None:
     report = predictor_run(predictor, model, dict(os.environ), "--no-specialize")
     assert report["model_check"] == {
         "not_run_because": "the bind-time stage is off (LoadOptions::specialize, or dynamic dispatch)", "checks": []}
+
+
+@pytest.mark.parametrize("verdict", ["with_compiled", "without_compiled"])
+def test_concurrent_runs_beside_the_check_agree_with_no_stage(verdict: str, tmp_path: Path) -> None:
+    """Four threads run the model at two shapes at once while the check decides (when a run finds itself alone)
+    and after: every output agrees with the model's without the stage, and none shares memory with another
+    (tests/cpp/stage_race_check.cpp)."""
+    model = mlp(tmp_path)
+    torch.save([torch.randn(32, 512)], tmp_path / "other.pt")
+    env = race_on_environment() | {MODEL_CHECK_HOOK: verdict}
+    done = subprocess.run([str(BUILD / "stage_race_check"), str(model), str(model.with_suffix(".inputs.pt")),
+                           str(tmp_path / "other.pt"), "100"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "stage_race_check: ok", done.stdout
