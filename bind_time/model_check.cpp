@@ -58,6 +58,8 @@ void describe_value(std::ostream& out, const c10::IValue& value) {
     out << "}";
   } else if (value.isString()) {
     out << '"' << value.toStringRef() << '"';
+  } else if (value.isDouble()) {
+    out << "float";
   } else {
     out << value; // a number, a bool, None
   }

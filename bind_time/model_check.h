@@ -58,7 +58,9 @@ struct PairsVerdict {
 PairsVerdict judge_pairs(const std::vector<TimedPair>& pairs);
 
 // The kind of inputs a verdict holds for: the method and, for every input (through lists, tuples and dicts), a
-// tensor's dtype, sizes and layout, a number's or string's value. "forward(float[1, 3, 224, 224])".
+// tensor's dtype, sizes and layout, an integer's, bool's or string's value (any may choose a shape or a branch),
+// and a floating-point number only as "float" (a scale or a threshold, which a caller may change every call).
+// "forward(Float[1, 3, 224, 224])".
 std::string inputs_kind(const std::string& method, const std::vector<c10::IValue>& inputs);
 
 class ModelCheck {
@@ -100,7 +102,8 @@ class ModelCheck {
   std::map<std::string, ModelCheckOfInputs> verdicts_;
 };
 
-// At most this many kinds of inputs are checked; runs on others keep the compiled kernels as raced.
-constexpr size_t kModelCheckMaxKinds = 8;
+// At most this many kinds of inputs are checked (as a site keeps at most 4 shapes); runs on others keep the
+// compiled kernels as raced.
+constexpr size_t kModelCheckMaxKinds = 4;
 
 } // namespace lightweight_dispatch

@@ -11,7 +11,7 @@
 namespace lightweight_dispatch {
 
 std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
-    const GeneratedKernelOf& kernel_of, Preparation preparation, MethodRun run) {
+    const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, MethodRun run) {
   std::unique_ptr<Stage> stage(new Stage());
   stage->run_ = std::move(run);
   stage->freezing_ = freeze_attributes(module, schema_of); // first: the other rewrites then see constants
@@ -26,9 +26,10 @@ std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const Op
     stage->first_call_because_.clear(); // nothing to prepare either way
   }
   stage->check_ = std::make_unique<ModelCheck>(
-      !stage->specialization_->has_sites() ? "no call site can run a compiled kernel"
-      : !second_run_would_show.empty()     ? "a run it makes unseen could be seen: " + second_run_would_show
-                                           : "");
+      !model_check                         ? "turned off (LoadOptions::model_check; lite_predictor --no-model-check)"
+      : !stage->specialization_->has_sites() ? "no call site can run a compiled kernel"
+      : !second_run_would_show.empty()       ? "a run it makes unseen could be seen: " + second_run_would_show
+                                             : "");
   if (background && stage->specialization_->has_sites()) {
     stage->preparer_ = std::make_unique<BackgroundPreparer>(
         [run = stage->run_](const std::string& method, std::vector<c10::IValue> inputs) {

@@ -39,9 +39,10 @@ class Stage {
   // The stage's rewrites of `module`, whose every call site is bound already (bind_static); `schema_of` gives
   // each operator's schema, `kernel_of` the build's generated kernels by operator (read during the call only),
   // `run` runs a method as the runtime does (used for background preparation runs, which may outlive no caller:
-  // the Stage must be destroyed before what `run` uses).
+  // the Stage must be destroyed before what `run` uses). `model_check`: whether the model check runs
+  // (model_check.h).
   static std::unique_ptr<Stage> offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
-      const GeneratedKernelOf& kernel_of, Preparation preparation, MethodRun run);
+      const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, MethodRun run);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;

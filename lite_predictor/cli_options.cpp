@@ -81,6 +81,9 @@ options:
                      model a few more times on copies of them, with and without the compiled kernels in
                      turn, and later runs on such inputs keep the compiled kernels only if the runs with
                      them were 2% faster (the report's "model check" line)
+  --no-model-check   keep the races' choices without the model check: no call runs the model more than
+                     once (the check's extra runs take one call up to ~10 runs' time, once per kind of
+                     inputs)
   --prepare WHEN     when the bind-time stage compiles a site's kernel for a new input shape:
                      background (default): the first run runs the generated kernels, then the model runs
                      once more on a thread of its own to compile and check every site; lite_predictor
@@ -170,6 +173,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.in_process = true;
     } else if (arg == "--no-specialize") {
       options.specialize = false;
+    } else if (arg == "--no-model-check") {
+      options.model_check = false;
     } else if (arg == "--prepare") {
       const std::string& when = value();
       if (when == "background") {

@@ -34,6 +34,7 @@ struct Options {
   bool in_process = false; // no crash-guard child process (for debuggers and profilers)
   bool specialize = true; // the bind-time stage (static dispatch); --no-specialize turns it off
   bool prepare_on_first_call = false; // --prepare first-call: its kernels compile on the calling thread
+  bool model_check = true; // --no-model-check turns the stage's model check off
   bool default_malloc = false; // leave glibc's mmap thresholds as they are (for comparison)
   bool json = false;
   bool help = false;

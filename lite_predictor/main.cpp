@@ -76,6 +76,7 @@ ld::Model load_model(const ld::Options& options) {
   load_options.heap_on_huge_pages = !options.default_malloc;
   load_options.specialize = options.specialize;
   load_options.preparation = options.prepare_on_first_call ? ld::Preparation::FirstCall : ld::Preparation::Background;
+  load_options.model_check = options.model_check;
   try {
     return ld::Model::load(options.model_path, load_options);
   } catch (const ld::OptionError& e) {

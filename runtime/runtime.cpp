@@ -274,7 +274,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
         const GeneratedKernel* kernel = index.find(op);
         return kernel != nullptr && kernel->dispatcher_reason == nullptr ? kernel->unboxed : nullptr;
       };
-      impl->stage = Stage::offer(impl->module, schema_of, kernel_of, options.preparation,
+      impl->stage = Stage::offer(impl->module, schema_of, kernel_of, options.preparation, options.model_check,
           [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
             return model->run(method, std::move(inputs));
           });

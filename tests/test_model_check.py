@@ -114,3 +114,13 @@ def test_concurrent_runs_beside_the_check_agree_with_no_stage(verdict: str, tmp_
                            str(tmp_path / "other.pt"), "100"], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "stage_race_check: ok", done.stdout
+
+
+def test_no_model_check_keeps_the_races_choices(predictor: Path, tmp_path: Path) -> None:
+    model = mlp(tmp_path)
+    env = dict(os.environ) | {MODEL_CHECK_HOOK: "without_compiled"}  # a check would turn them off
+    report = predictor_run(predictor, model, env, "--no-model-check")
+    assert report["model_check"] == {
+        "not_run_because": "turned off (LoadOptions::model_check; lite_predictor --no-model-check)", "checks": []}
+    for site in report["specialized_sites"]:
+        assert (site["generated_calls"], site["specialized_calls"]) == (1, 5), site

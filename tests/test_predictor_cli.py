@@ -45,7 +45,7 @@ def test_help_explains_the_flags(predictor: Path) -> None:
     run = run_predictor(predictor, "--help")
     assert run.returncode == 0
     for flag in ("--input", "--expected", "--atol", "--rtol", "--iters", "--warmup", "--threads", "--dispatch",
-                 "--save-outputs", "--json"):
+                 "--save-outputs", "--json", "--no-specialize", "--no-model-check", "--prepare"):
         assert flag in run.stdout
 
 

@@ -61,8 +61,9 @@ void check_the_verdict_rule() {
 void check_input_kinds() {
   const std::string kind = ld::inputs_kind("forward",
       {at::zeros({2, 3}), at::zeros({1, 8, 4, 4}).contiguous(at::MemoryFormat::ChannelsLast),
-          c10::IValue(int64_t{7}), c10::IValue(std::string("text"))});
-  check(kind == "forward(Float[2, 3], Float[1, 8, 4, 4] channels_last, 7, \"text\")", "inputs are named by kind", kind);
+          c10::IValue(int64_t{7}), c10::IValue(std::string("text")), c10::IValue(0.25)});
+  check(kind == "forward(Float[2, 3], Float[1, 8, 4, 4] channels_last, 7, \"text\", float)", "inputs are named by kind",
+      kind);
   const std::string other = ld::inputs_kind("forward", {at::zeros({2, 4})});
   check(other != ld::inputs_kind("forward", {at::zeros({2, 3})}), "other sizes are another kind", other);
 }
