@@ -116,8 +116,8 @@ enum class ResultLayout {
 // The layout the generated kernels give a ChannelsLast site's result.
 enum class GeneratedLayout {
   AsPlanned, // channels_last, for the compiled kernels and channels_last pools that follow once the shape is prepared
-  Stock,     // as the stock kernels give it: a caller's call on a shape not prepared yet, whose later sites run
-             // their generated kernels too, and LibTorch's conv copies its weight to channels_last on every call
+  Stock,     // as the stock kernels give it: a caller's call on a shape not prepared yet, or any call of a run the
+             // model check keeps off the compiled kernels, whose later sites run their generated kernels too, and LibTorch's conv copies its weight to channels_last on every call
              // given a channels_last input (ResNet-18's first run, weights 45 MB: 80 ms against 55 without the stage)
 };
 
@@ -186,8 +186,10 @@ class SiteKernel {
       run_generated(stack);
       return;
     }
-    if (!compiled_kernels_allowed()) { // the model check found the run faster without (model_check.h)
-      run_generated(stack);
+    if (!compiled_kernels_allowed()) {
+      // The model check found the runs faster without the compiled kernels, or times a run without them
+      // (model_check.h): the generated kernels in the stock layouts, as without the stage.
+      run_generated(stack, GeneratedLayout::Stock);
       return;
     }
     const at::Tensor& input = input_value.toTensor();

@@ -6,12 +6,14 @@
 // caches, and one race's verdict stands for every site of its problem). So once a caller's runs on some inputs
 // have settled (a run decided nothing: no site compiled, checked or raced, no layout was timed) and ran at least
 // one compiled kernel, the stage runs the model a few more times on copies of those inputs, unseen by the caller,
-// alternating runs with the compiled kernels and runs with every site on its generated kernels (as if every race
-// had been lost), and keeps the compiled kernels for runs on inputs of that kind only where the runs with them
+// alternating runs with the compiled kernels and runs with every site on its generated kernels in the stock
+// layouts, and keeps the compiled kernels for runs on inputs of that kind only where the runs with them
 // were faster: the median of the pairs' ratios below 1 / kModelCheckMargin. Otherwise every later run on such
-// inputs runs the generated kernels, whose results are the stock kernels' wherever the sites' layouts are the
-// stock ones (linear sites always).
+// inputs runs the sites' generated kernels in the stock layouts, as without the stage (a max_pool2d whose layout
+// was not timed for a shape pools it as the stock kernel does in the check's runs): the sites' results are then
+// the stock kernels' bit for bit.
 //
+// Each side runs once untimed first (a kernel's first call at a layout it has not met yet JITs its primitive).
 // The extra runs are made on the caller's thread, right after the run that settled, so they are timed as the
 // caller's runs are, and only while no other run of the model and no preparation run is in flight. They are made
 // only where a second run cannot be seen (background_preparation.h: why_a_preparation_run_would_show), on deep

@@ -25,8 +25,27 @@ def mlp(tmp_path: Path) -> Path:
     return save_frozen(ResidualMlp(), [torch.randn(64, 512)], tmp_path / "mlp.ptl")
 
 
-def test_the_verdict_rule_and_what_each_verdict_does_from_cpp(tmp_path: Path) -> None:
-    model = mlp(tmp_path)
+class TwoConvs(torch.nn.Module):
+    """conv -> relu -> conv -> relu: the first site's result only feeds the second, so the stage makes it
+    channels_last; without the compiled kernels it must be contiguous again, as without the stage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.second = torch.nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.second(torch.relu(self.first(x))))
+
+
+def two_convs(tmp_path: Path) -> Path:
+    torch.manual_seed(4)
+    return save_frozen(TwoConvs(), [torch.randn(1, 16, 28, 28)], tmp_path / "convs.ptl")
+
+
+@pytest.mark.parametrize("make_model", [mlp, two_convs], ids=["linear sites", "conv sites"])
+def test_the_verdict_rule_and_what_each_verdict_does_from_cpp(make_model, tmp_path: Path) -> None:
+    model = make_model(tmp_path)
     done = subprocess.run([str(BUILD / "model_check_check"), str(model), str(model.with_suffix(".inputs.pt"))],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
