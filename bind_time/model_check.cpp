@@ -145,8 +145,20 @@ ModelCheck::Plan ModelCheck::plan(const std::string& kind) const {
 
 void ModelCheck::after_callers_run(const std::string& kind, const std::string& method,
     const std::vector<c10::IValue>& inputs, const RunActivity& activity, bool alone, const ComparisonRun& run) {
-  if (activity.decided || activity.compiled_calls == 0 || !alone) {
-    return; // not settled yet, nothing compiled to compare, or timed beside another run
+  if (!activity.decided && activity.compiled_calls == 0) {
+    // Settled with every site on its generated kernels (every race lost): nothing to compare, and no need to keep
+    // copying these inputs.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (verdicts_.count(kind) == 0 && verdicts_.size() < kModelCheckMaxKinds) {
+      ModelCheckOfInputs nothing;
+      nothing.inputs = kind;
+      nothing.note = "no site ran a compiled kernel: nothing to compare";
+      verdicts_.emplace(kind, std::move(nothing));
+    }
+    return;
+  }
+  if (activity.decided || !alone) {
+    return; // not settled yet, or timed beside another run
   }
   std::unique_lock<std::mutex> one_check(checking_, std::try_to_lock);
   if (!one_check.owns_lock()) {

@@ -88,7 +88,8 @@ class ModelCheck {
   Plan plan(const std::string& kind) const;
 
   // After a caller's run on inputs of `kind`, whose copy `inputs` is (kept before the run), and that did
-  // `activity`: checks the model now if that run settled and nothing else runs (`alone`).
+  // `activity`: checks the model now if that run settled and nothing else runs (`alone`); a settled run that ran
+  // no compiled kernel leaves a verdict with nothing compared (later runs keep no copy of their inputs).
   void after_callers_run(const std::string& kind, const std::string& method, const std::vector<c10::IValue>& inputs,
       const RunActivity& activity, bool alone, const ComparisonRun& run);
 

@@ -237,7 +237,7 @@ void print_model_check_text(std::ostream& out, const ModelCheckReport& check) {
   for (const ModelCheckOfInputs& checked : check.checks) {
     out << "  model check on " << checked.inputs << ": ";
     if (!checked.compared) {
-      out << "no verdict, compiled kernels kept as raced (" << checked.note << ")\n";
+      out << "no verdict (" << checked.note << "); the races' choices stand\n";
       continue;
     }
     out << (checked.compiled_kept ? "compiled kernels kept" : "compiled kernels turned off, every site runs its generated kernels")

@@ -92,11 +92,15 @@ def test_no_check_without_a_compiled_kernel_to_compare(predictor: Path, tmp_path
     """Every race lost: no run ran a compiled kernel, so there is nothing to check."""
     model = mlp(tmp_path)
     report = predictor_run(predictor, model, race_on_environment() | {GENERATED_WINS_HOOK: "1"})
-    assert report["model_check"] == {"not_run_because": "", "checks": []}
+    (checked,) = report["model_check"]["checks"]
+    assert checked == {"inputs": "forward(Float[64, 512])", "compared": False, "compiled_kept": True, "pairs": 0,
+                       "with_compiled_ms": 0, "without_compiled_ms": 0, "median_ratio": 0,
+                       "note": "no site ran a compiled kernel: nothing to compare"}
     for site in report["specialized_sites"]:
         assert site["specialized_calls"] == 0, site
     text = run_predictor(predictor, model, "--iters", "3", env=race_on_environment() | {GENERATED_WINS_HOOK: "1"})
-    assert "model check: not run yet (the runs had not settled, or ran no compiled kernel)" in text.stdout, text.stdout
+    assert "model check on forward(Float[64, 512]): no verdict (no site ran a compiled kernel: nothing to compare); " \
+           "the races' choices stand" in text.stdout, text.stdout
 
 
 def test_a_model_whose_second_run_could_be_seen_is_not_checked(predictor: Path, tmp_path: Path) -> None:
