@@ -4,6 +4,7 @@
 #include <bind_time/preparation_run.h>
 #include <bind_time/symbolic_stack.h>
 #include <runtime/op_binding.h>
+#include <runtime/tensor_tree.h>
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/mobile/code.h>
@@ -136,12 +137,7 @@ void BackgroundPreparer::start(const std::string& method, const std::vector<c10:
   if (worker_.joinable()) {
     worker_.join(); // the last run has finished (it cleared `running`): only its thread's exit is left
   }
-  // A copy the run may change in place without touching the caller's tensors.
-  std::vector<c10::IValue> copy;
-  copy.reserve(inputs.size());
-  for (const c10::IValue& input : inputs) {
-    copy.push_back(input.deepcopy());
-  }
+  std::vector<c10::IValue> copy = deep_copies(inputs); // the run may change it without touching the caller's
   status_.running = true;
   running_.store(true, std::memory_order_release);
   note_preparation_run_started(); // a race on a caller's thread waits from now on, not from the thread's start

@@ -1,6 +1,7 @@
 #include <bind_time/model_check.h>
 
 #include <bind_time/test_hooks.h>
+#include <runtime/tensor_tree.h>
 
 #include <algorithm>
 #include <chrono>
@@ -63,16 +64,6 @@ void describe_value(std::ostream& out, const c10::IValue& value) {
   } else {
     out << value; // a number, a bool, None
   }
-}
-
-// A copy of `inputs` a run may change in place.
-std::vector<c10::IValue> fresh_copy(const std::vector<c10::IValue>& inputs) {
-  std::vector<c10::IValue> copy;
-  copy.reserve(inputs.size());
-  for (const c10::IValue& input : inputs) {
-    copy.push_back(input.deepcopy());
-  }
-  return copy;
 }
 
 // The verdict a test asks for (test_hooks.h), else nullopt.
@@ -181,7 +172,7 @@ ModelCheckOfInputs ModelCheck::compare(const std::string& kind, const std::strin
   checked.inputs = kind;
   // One timed run; an empty string if it repeated the settled run, else why not.
   const auto timed_run = [&](bool compiled_kernels, double& ms) -> std::string {
-    std::vector<c10::IValue> copy = fresh_copy(inputs);
+    std::vector<c10::IValue> copy = deep_copies(inputs);
     const auto start = std::chrono::steady_clock::now();
     const RunActivity activity = run(method, std::move(copy), compiled_kernels);
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -5,6 +5,7 @@
 #include <bind_time/call_site_specialization.h>
 #include <bind_time/model_check.h>
 #include <bind_time/preparation_run.h>
+#include <runtime/tensor_tree.h>
 
 #include <c10/core/InferenceMode.h>
 
@@ -55,12 +56,8 @@ c10::IValue Stage::serve(const std::string& method, std::vector<c10::IValue> inp
   const bool restore = specialization_->may_return_channels_last() && stock_inputs;
   const std::string kind = check_->runs() ? inputs_kind(method, inputs) : std::string();
   const ModelCheck::Plan plan = check_->plan(kind);
-  std::vector<c10::IValue> kept; // as given, for the model check: the run may change its inputs in place
-  if (plan.keep_inputs) {
-    for (const c10::IValue& input : inputs) {
-      kept.push_back(input.deepcopy());
-    }
-  }
+  // As given, for the model check: the run may change its inputs in place.
+  const std::vector<c10::IValue> kept = plan.keep_inputs ? deep_copies(inputs) : std::vector<c10::IValue>{};
   set_compiled_kernels_allowed(plan.compiled_kernels);
   take_run_activity(); // only this run's
   struct InFlight {

@@ -50,4 +50,13 @@ void for_each_tensor(const c10::IValue& value, const std::function<void(const at
   }
 }
 
+std::vector<c10::IValue> deep_copies(const std::vector<c10::IValue>& values) {
+  std::vector<c10::IValue> copies;
+  copies.reserve(values.size());
+  for (const c10::IValue& value : values) {
+    copies.push_back(value.deepcopy());
+  }
+  return copies;
+}
+
 } // namespace lightweight_dispatch

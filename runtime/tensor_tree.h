@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <vector>
 
 namespace lightweight_dispatch {
 
@@ -13,5 +14,8 @@ c10::IValue map_tensors(c10::IValue value, const std::function<at::Tensor(const 
 
 // Calls `visit` on every tensor in `value`.
 void for_each_tensor(const c10::IValue& value, const std::function<void(const at::Tensor&)>& visit);
+
+// A deep copy of each of `values`: a run may change the copies in place without touching the originals.
+std::vector<c10::IValue> deep_copies(const std::vector<c10::IValue>& values);
 
 } // namespace lightweight_dispatch
