@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from predictor_runner import MODEL_CHECK_HOOK, race_on_environment, run_predictor
+from predictor_runner import MODEL_CHECK_HOOK, race_on_environment, run_predictor, save_lite_model
 from test_bind_time_kernels import CountsItsCalls, ResidualMlp, _save_inputs, save_frozen
 
 GENERATED_WINS_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS"
@@ -43,7 +43,18 @@ def two_convs(tmp_path: Path) -> Path:
     return save_frozen(TwoConvs(), [torch.randn(1, 16, 28, 28)], tmp_path / "convs.ptl")
 
 
-@pytest.mark.parametrize("make_model", [mlp, two_convs], ids=["linear sites", "conv sites"])
+def unfrozen_mlp(tmp_path: Path) -> Path:
+    """The same MLP saved as users save it, without torch.jit.freeze: bind-time freezing makes its weights
+    constants first."""
+    torch.manual_seed(3)
+    module = ResidualMlp().eval()
+    path = save_lite_model(module, tmp_path / "unfrozen.ptl")
+    torch.save([torch.randn(64, 512)], path.with_suffix(".inputs.pt"))
+    return path
+
+
+@pytest.mark.parametrize("make_model", [mlp, two_convs, unfrozen_mlp],
+                         ids=["linear sites", "conv sites", "linear sites, saved unfrozen"])
 def test_the_verdict_rule_and_what_each_verdict_does_from_cpp(make_model, tmp_path: Path) -> None:
     model = make_model(tmp_path)
     done = subprocess.run([str(BUILD / "model_check_check"), str(model), str(model.with_suffix(".inputs.pt"))],
