@@ -12,6 +12,7 @@
 #include <runtime/op_binding.h>
 #include <runtime/quantized_engine.h>
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/mobile/code.h>
 #include <torch/csrc/jit/mobile/function.h>
@@ -22,6 +23,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <atomic>
+#include <thread>
 #include <chrono>
 #include <map>
 #include <unordered_map>
@@ -43,8 +45,36 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
+// lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-6 ms). The
+// lookup is the registry's own (under its lock), so a second thread can make that first one while this thread
+// checks the file; the loader then finds the registry ready, or waits on its lock for the rest.
+// No thread (none can start here) only costs that time.
+std::thread operator_registry_warm_up() {
+  try {
+    return std::thread([] {
+      try {
+        torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
+      } catch (const std::exception&) {
+        // the loader's own lookup meets the same error and reports it
+      }
+    });
+  } catch (const std::system_error&) {
+    return std::thread();
+  }
+}
+
 torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, LoadTimings& timings) {
   auto start = Clock::now();
+  std::thread warm_up = operator_registry_warm_up();
+  struct Joined {
+    std::thread& thread;
+    ~Joined() {
+      if (thread.joinable()) {
+        thread.join();
+      }
+    }
+  } joined{warm_up};
   try {
     check_model_file(path);
   } catch (const ModelFileError& e) {
@@ -57,6 +87,10 @@ torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatc
   const uint64_t options = dispatch == Dispatch::Static ? 0 : torch::jit::kDefaultMobileLoadOptions;
   try {
     torch::jit::ExtraFilesMap extra_files;
+    // The operators the loader runs (a quantized module's __setstate__ packing its weights: thousands of
+    // select / item calls) dispatch below autograd, as every run does under inference mode; the tensors they
+    // make are plain tensors, not inference ones.
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
     check_loaded_tensors(module);
     timings.libtorch_load_ms = ms_since(start);
