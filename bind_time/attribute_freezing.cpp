@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -43,13 +44,54 @@ struct Item {
   bool removed = false;
 };
 
+// The instructions some jump lands on, by index (one past the last included: a jump may land there).
+class JumpTargets {
+ public:
+  explicit JumpTargets(size_t instructions) : is_target_(instructions + 1, false) {}
+  void add(size_t pc) {
+    if (pc < is_target_.size()) {
+      is_target_[pc] = true;
+    }
+  }
+  size_t count(size_t pc) const {
+    return pc < is_target_.size() && is_target_[pc] ? 1 : 0;
+  }
+
+ private:
+  std::vector<bool> is_target_;
+};
+
+// A None, bool, int or float constant, by its kind and its bits: a float is the same constant only with the same
+// bits (-0.0 is not 0.0, which IValue::isSameIdentity would call the same).
+using NumberKey = std::pair<int, uint64_t>;
+std::optional<NumberKey> number_key(const c10::IValue& value) {
+  if (value.isNone()) {
+    return NumberKey{0, 0};
+  }
+  if (value.isBool()) {
+    return NumberKey{1, value.toBool() ? 1 : 0};
+  }
+  if (value.isInt()) {
+    return NumberKey{2, static_cast<uint64_t>(value.toInt())};
+  }
+  if (value.isDouble()) {
+    const double d = value.toDouble();
+    uint64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    return NumberKey{3, bits};
+  }
+  return std::nullopt;
+}
+
 // A function's bytecode while it is rewritten.
 struct Program {
   std::vector<Item> items;
   std::vector<c10::IValue> constants;
   bool has_debug_handles = false;
-  // The constants that are objects, by address and kind (the first of each), up to `indexed`.
+  // The constants that are objects, by address and kind, and those that are numbers, bools or None, by value (the
+  // first of each), up to `indexed`.
   std::map<std::pair<const void*, std::string>, int64_t> constants_by_address;
+  std::map<NumberKey, int64_t> constants_by_number;
   size_t indexed = 0;
 
   void index_constants() {
@@ -57,6 +99,8 @@ struct Program {
       const c10::IValue& c = constants[indexed];
       if (c.isPtrType()) {
         constants_by_address.emplace(std::make_pair(c.internalToPointer(), c.tagKind()), static_cast<int64_t>(indexed));
+      } else if (const std::optional<NumberKey> key = number_key(c)) {
+        constants_by_number.emplace(*key, static_cast<int64_t>(indexed));
       }
     }
   }
@@ -65,6 +109,7 @@ struct Program {
     Program program;
     program.constants = code.constants_;
     program.has_debug_handles = code.debug_handles_.size() == code.instructions_.size();
+    program.items.reserve(code.instructions_.size());
     for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
       Item item{code.instructions_[pc], program.has_debug_handles ? code.debug_handles_[pc] : -1, 0, false};
       if (is_jump(item.inst.op)) {
@@ -85,6 +130,7 @@ struct Program {
     }
     new_index[items.size()] = kept;
     std::vector<Item> result;
+    result.reserve(kept);
     for (const Item& item : items) {
       if (!item.removed) {
         result.push_back(item);
@@ -96,22 +142,29 @@ struct Program {
     items = std::move(result);
   }
 
-  std::set<size_t> jump_targets() const {
-    std::set<size_t> targets;
+  JumpTargets jump_targets() const {
+    JumpTargets targets(items.size());
     for (const Item& item : items) {
       if (!item.removed && is_jump(item.inst.op)) {
-        targets.insert(item.target);
+        targets.add(item.target);
       }
     }
     return targets;
   }
 
-  // The index of a constant that is `value` itself (the same object), added if there is none.
+  // The index of a constant that is `value` itself (the same object, or the same number), added if there is none.
   int64_t constant(const c10::IValue& value) {
+    const std::optional<NumberKey> number = value.isPtrType() ? std::nullopt : number_key(value);
     if (value.isPtrType()) { // an object: found by its address (a model has thousands of tensors)
       index_constants();
       const auto found = constants_by_address.find({value.internalToPointer(), value.tagKind()});
       if (found != constants_by_address.end()) {
+        return found->second;
+      }
+    } else if (number) { // found by kind and bits (thousands of them once attributes are frozen)
+      index_constants();
+      const auto found = constants_by_number.find(*number);
+      if (found != constants_by_number.end()) {
         return found->second;
       }
     } else {
@@ -641,7 +694,7 @@ class KnownValues {
   AttributeFreezingReport& report_;
   SymbolicStack stack_;
   std::vector<Value> values_;
-  std::set<size_t> targets_;
+  JumpTargets targets_{0};
   std::set<size_t> single_store_;
   std::map<size_t, int> single_store_value_;
   std::vector<int64_t> written_registers_; // since the last forget(), perhaps more than once each
@@ -728,7 +781,7 @@ bool remove_dead_code(Program& program) {
 bool remove_dead_stores(Program& program) {
   const RegisterUses uses = register_uses(program);
   const auto read = [&](int64_t r) { return uses.reads.count(r) != 0; };
-  const std::set<size_t> targets = program.jump_targets();
+  const JumpTargets targets = program.jump_targets();
   bool changed = false;
   for (size_t pc = 0; pc < program.items.size(); ++pc) {
     Item& item = program.items[pc];
@@ -859,7 +912,7 @@ using BatchNormFolds = std::map<FoldKey, FoldedConv>;
 // computes the pair, in double precision, rounded once to float.
 bool fold_batch_norms(
     Program& program, const torch::jit::mobile::Code& code, BatchNormFolds& folds, AttributeFreezingReport& report) {
-  const std::set<size_t> targets = program.jump_targets();
+  const JumpTargets targets = program.jump_targets();
   std::vector<std::string> op_names; // by operator index: named once, not at every instruction looked at
   op_names.reserve(code.op_names_.size());
   for (const c10::OperatorName& name : code.op_names_) {

@@ -456,3 +456,34 @@ def test_an_unfrozen_quantized_model_is_frozen_and_stays_bit_for_bit_the_stock_i
     freezing = runs["static"]["attribute_freezing"]
     assert freezing["applied"] is True and freezing["attribute_reads"] > 0, freezing
     assert_bitwise_equal(tmp_path / "static.pt", tmp_path / "dynamic.pt")
+
+
+class SignedZeros(torch.nn.Module):
+    """Two float attributes equal as numbers, 0.0 and -0.0, which freezing makes two constants: reused as one, the
+    second product's sign would be the first's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positive_zero = 0.0
+        self.negative_zero = -0.0
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * self.positive_zero, x * self.negative_zero
+
+
+def test_a_frozen_float_attribute_keeps_its_sign_bit(predictor: Path, tmp_path: Path) -> None:
+    module = SignedZeros().eval()
+    x = torch.rand(3, 4) + 0.5  # positive: x * 0.0 is +0.0 and x * -0.0 is -0.0
+    model = save_with_eagers_outputs(module, x, tmp_path / "zeros")
+    run = run_predictor(predictor, model, "--iters", "1", "--warmup", "0", "--json",
+                        "--save-outputs", tmp_path / "out.pt")
+    assert run.returncode == 0, run.stderr
+    freezing = run.json()["attribute_freezing"]
+    assert freezing["applied"] is True and freezing["attribute_reads"] == 2, freezing
+    got = flatten_outputs(torch.load(tmp_path / "out.pt"))
+    with torch.no_grad():
+        expected = flatten_outputs(module(x))
+    assert len(got) == 2
+    for ours, eagers in zip(got, expected):
+        assert torch.equal(ours.view(torch.int32), eagers.view(torch.int32)), (ours, eagers)
+    assert torch.signbit(got[1]).all() and not torch.signbit(got[0]).any()
