@@ -154,14 +154,13 @@ struct Program {
 
   // The index of a constant that is `value` itself (the same object, or the same number), added if there is none.
   int64_t constant(const c10::IValue& value) {
-    const std::optional<NumberKey> number = value.isPtrType() ? std::nullopt : number_key(value);
     if (value.isPtrType()) { // an object: found by its address (a model has thousands of tensors)
       index_constants();
       const auto found = constants_by_address.find({value.internalToPointer(), value.tagKind()});
       if (found != constants_by_address.end()) {
         return found->second;
       }
-    } else if (number) { // found by kind and bits (thousands of them once attributes are frozen)
+    } else if (const std::optional<NumberKey> number = number_key(value)) { // by kind and bits: thousands, frozen
       index_constants();
       const auto found = constants_by_number.find(*number);
       if (found != constants_by_number.end()) {

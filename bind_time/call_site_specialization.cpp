@@ -117,8 +117,9 @@ enum class ResultLayout {
 enum class GeneratedLayout {
   AsPlanned, // channels_last, for the compiled kernels and channels_last pools that follow once the shape is prepared
   Stock,     // as the stock kernels give it: a caller's call on a shape not prepared yet, or any call of a run the
-             // model check keeps off the compiled kernels, whose later sites run their generated kernels too, and LibTorch's conv copies its weight to channels_last on every call
-             // given a channels_last input (ResNet-18's first run, weights 45 MB: 80 ms against 55 without the stage)
+             // model check keeps off the compiled kernels, whose later sites run their generated kernels too, and
+             // LibTorch's conv copies its weight to channels_last on every call given a channels_last input
+             // (ResNet-18's first run, weights 45 MB: 80 ms against 55 without the stage)
 };
 
 namespace {

@@ -23,11 +23,11 @@
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <atomic>
-#include <thread>
 #include <chrono>
 #include <map>
-#include <unordered_map>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 
 namespace lightweight_dispatch {
 
@@ -48,8 +48,8 @@ double ms_since(Clock::time_point start) {
 // LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
 // lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-6 ms). The
 // lookup is the registry's own (under its lock), so a second thread can make that first one while this thread
-// checks the file; the loader then finds the registry ready, or waits on its lock for the rest.
-// No thread (none can start here) only costs that time.
+// checks the file; the loader then finds the registry ready, or waits on its lock for the rest. Where no thread
+// can start, the load goes on without one and only pays that time.
 std::thread operator_registry_warm_up() {
   try {
     return std::thread([] {
