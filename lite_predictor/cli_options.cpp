@@ -58,8 +58,10 @@ options:
                      round differently: compare outputs made with the same engine
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
   --interpreter I    the loop that runs the bytecode: lightweight (lite_predictor's own, checks the
-                     bytecode once at load) or stock (LibTorch's InterpreterState); default:
-                     lightweight with --dispatch static, stock with --dispatch dynamic
+                     bytecode once at load; its errors name the function and instruction, so the load
+                     leaves out the model's debug records) or stock (LibTorch's InterpreterState, whose
+                     errors LibTorch annotates from those records); default: lightweight with
+                     --dispatch static, stock with --dispatch dynamic
   --parallel K       after the normal runs, run the same loaded module from K threads at once, each
                      for --iters runs; report throughput and whether every output was identical
   --profile-ops      after the timed runs, run --iters more timing every operator call, and report

@@ -7,11 +7,14 @@
 
 #include <array>
 #include <cstdint>
-#include <iterator>
-#include <tuple>
-#include <vector>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
+#include <streambuf>
+#include <tuple>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -41,8 +44,10 @@ std::array<char, 8> read_magic(const std::string& path, std::uintmax_t size) {
   return magic;
 }
 
-// The model file mapped read-only: the check reads every byte once, straight from the page cache,
-// with no buffer to allocate, fault in and fill (for MobileNetV2's 14 MB that was most of the check's time).
+// The model file mapped: the check reads every byte once, straight from the page cache, with no buffer to
+// allocate, fault in and fill (for MobileNetV2's 14 MB that was most of the check's time), and LibTorch's loader
+// reads the same pages. Private and read-only but for the pages of a rewritten central directory, which get
+// copies of their own (rewrite_tail).
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
@@ -61,10 +66,10 @@ class MappedFile {
     if (mapped == MAP_FAILED) {
       throw ModelFileError(path + ": cannot read the file");
     }
-    data_ = static_cast<const unsigned char*>(mapped);
+    data_ = static_cast<unsigned char*>(mapped);
   }
   ~MappedFile() {
-    munmap(const_cast<unsigned char*>(data_), size_);
+    munmap(data_, size_);
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -79,8 +84,20 @@ class MappedFile {
     return data_[at];
   }
 
+  // `tail` written over the bytes from `at` on (it must fit before the end), in this process's copy only.
+  bool rewrite_tail(size_t at, const std::string& tail) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t first_page = at / page * page;
+    if (at + tail.size() > size_ ||
+        mprotect(data_ + first_page, size_ - first_page, PROT_READ | PROT_WRITE) != 0) {
+      return false;
+    }
+    std::memcpy(data_ + at, tail.data(), tail.size());
+    return mprotect(data_ + first_page, size_ - first_page, PROT_READ) == 0;
+  }
+
  private:
-  const unsigned char* data_ = nullptr;
+  unsigned char* data_ = nullptr;
   size_t size_ = 0;
 };
 
@@ -92,9 +109,37 @@ uint16_t le16(const MappedFile& b, size_t at) {
   return static_cast<uint16_t>(b[at] | (b[at + 1] << 8));
 }
 
+void put_le32(std::string& to, uint32_t value) {
+  for (int byte = 0; byte < 4; ++byte) {
+    to.push_back(static_cast<char>((value >> (8 * byte)) & 0xFF));
+  }
+}
+
+void put_le16(std::string& to, uint16_t value) {
+  to.push_back(static_cast<char>(value & 0xFF));
+  to.push_back(static_cast<char>(value >> 8));
+}
+
+// One record as the central directory describes it.
+struct DirectoryEntry {
+  std::string name; // as the zip names it: "archive/code/....debug_pkl"
+  uint16_t method = 0;
+  uint32_t expected_crc = 0;
+  uint32_t stored_size = 0;
+  uint32_t inflated_size = 0;
+  uint32_t local_header = 0;
+  size_t entry_begin = 0, entry_end = 0; // the entry's own bytes in the central directory
+};
+
+struct ArchiveDirectory {
+  size_t offset = 0; // where the central directory starts
+  std::vector<DirectoryEntry> entries;
+  bool zip64 = false; // left to the reader: no entries read
+};
+
 // A deflated record, whose CRC-32 covers its inflated bytes: checked once the reader can inflate it.
 struct DeflatedRecord {
-  std::string name; // as the zip names it: "archive/code/....debug_pkl"
+  std::string name; // as the zip names it
   uint32_t expected_crc;
 };
 
@@ -102,13 +147,12 @@ struct DeflatedRecord {
 // and believing it would have the reader allocate up to 4 GB.
 constexpr uint64_t kMaxDeflateRatio = 1032;
 
-// LibTorch's zip reader skips CRC checks (miniz is built without them), so a flipped byte inside a
-// record would reach the unpickler (a flipped byte in a deflated debug record once had it allocate
-// 20 GB). Walk the central directory and verify every stored record's CRC-32 here; return the
-// deflated ones (torch compresses its debug records) for checking after inflation. Zip64 archives are
-// left to the reader.
-std::vector<DeflatedRecord> verify_record_checksums(const std::string& path) {
-  const MappedFile bytes(path);
+std::string damaged(const std::string& path) {
+  return path + ": damaged archive (truncated or corrupted): ";
+}
+
+// The central directory's entries, each checked to lie inside the file.
+ArchiveDirectory read_directory(const MappedFile& bytes, const std::string& path) {
   const size_t size = bytes.size();
   // The end-of-directory record sits in the last 22 bytes plus up to 65535 bytes of comment.
   const size_t lowest = size > 22 + 65535 ? size - 22 - 65535 : 0;
@@ -120,59 +164,41 @@ std::vector<DeflatedRecord> verify_record_checksums(const std::string& path) {
     }
   }
   if (eocd == std::string::npos) {
-    throw ModelFileError(path + ": damaged archive (truncated or corrupted): no end-of-directory record");
+    throw ModelFileError(damaged(path) + "no end-of-directory record");
   }
+  ArchiveDirectory directory;
   const uint16_t entries = le16(bytes, eocd + 10);
-  const uint32_t directory_offset = le32(bytes, eocd + 16);
-  std::vector<DeflatedRecord> deflated;
-  if (entries == 0xFFFF || directory_offset == 0xFFFFFFFFu) {
-    return deflated; // zip64: leave it to the reader
+  directory.offset = le32(bytes, eocd + 16);
+  if (entries == 0xFFFF || directory.offset == 0xFFFFFFFFu) {
+    directory.zip64 = true;
+    return directory;
   }
-  size_t at = directory_offset;
+  directory.entries.reserve(entries);
+  size_t at = directory.offset;
   for (uint16_t n = 0; n < entries; ++n) {
     if (at + 46 > size || le32(bytes, at) != 0x02014b50u) {
-      throw ModelFileError(path + ": damaged archive (truncated or corrupted): bad directory entry");
+      throw ModelFileError(damaged(path) + "bad directory entry");
     }
-    const uint16_t method = le16(bytes, at + 10);
-    const uint32_t expected_crc = le32(bytes, at + 16);
-    const uint32_t stored_size = le32(bytes, at + 20);
-    const uint32_t inflated_size = le32(bytes, at + 24);
+    DirectoryEntry entry;
+    entry.method = le16(bytes, at + 10);
+    entry.expected_crc = le32(bytes, at + 16);
+    entry.stored_size = le32(bytes, at + 20);
+    entry.inflated_size = le32(bytes, at + 24);
     const uint16_t name_length = le16(bytes, at + 28);
     const uint16_t extra_length = le16(bytes, at + 30);
     const uint16_t comment_length = le16(bytes, at + 32);
-    const uint32_t local = le32(bytes, at + 42);
-    if (at + 46 + name_length > size) {
-      throw ModelFileError(path + ": damaged archive (truncated or corrupted): bad directory entry");
+    entry.local_header = le32(bytes, at + 42);
+    const size_t end = at + 46 + name_length + extra_length + comment_length;
+    if (end > size) {
+      throw ModelFileError(damaged(path) + "bad directory entry");
     }
-    const std::string name(reinterpret_cast<const char*>(bytes.data()) + at + 46, name_length);
-    at += 46 + name_length + extra_length + comment_length;
-    if (stored_size == 0xFFFFFFFFu || inflated_size == 0xFFFFFFFFu || local == 0xFFFFFFFFu) {
-      continue;
-    }
-    if (method == 8) {
-      if (inflated_size > kMaxDeflateRatio * stored_size + 64) {
-        throw ModelFileError(
-            path + ": damaged archive (truncated or corrupted): record " + name + " claims an impossible size");
-      }
-      deflated.push_back({name, expected_crc});
-      continue;
-    }
-    if (method != 0) {
-      continue;
-    }
-    if (static_cast<size_t>(local) + 30 > size || le32(bytes, local) != 0x04034b50u) {
-      throw ModelFileError(path + ": damaged archive (truncated or corrupted): record " + name + " is missing");
-    }
-    const size_t data = local + 30 + le16(bytes, local + 26) + le16(bytes, local + 28);
-    if (data + stored_size > size) {
-      throw ModelFileError(path + ": damaged archive (truncated or corrupted): record " + name + " is cut short");
-    }
-    if (crc32(bytes.data() + data, stored_size) != expected_crc) {
-      throw ModelFileError(
-          path + ": damaged archive (truncated or corrupted): record " + name + " fails its CRC-32 check");
-    }
+    entry.name.assign(reinterpret_cast<const char*>(bytes.data()) + at + 46, name_length);
+    entry.entry_begin = at;
+    entry.entry_end = end;
+    directory.entries.push_back(std::move(entry));
+    at = end;
   }
-  return deflated;
+  return directory;
 }
 
 // The reader names records without the archive's top-level folder ("archive/").
@@ -181,10 +207,55 @@ std::string reader_record_name(const std::string& zip_name) {
   return slash == std::string::npos ? zip_name : zip_name.substr(slash + 1);
 }
 
+// A record only the stock interpreter's error messages read (the debug ranges and call stacks), or the model's
+// source, which no lite-interpreter loader reads.
+bool is_debug_record(const std::string& zip_name) {
+  const std::string name = reader_record_name(zip_name);
+  return name.rfind("code/", 0) == 0 || name == "callstack_debug_map.pkl";
+}
+
+// LibTorch's zip reader skips CRC checks (miniz is built without them), so a flipped byte inside a
+// record would reach the unpickler (a flipped byte in a deflated debug record once had it allocate
+// 20 GB). Verify the CRC-32 of every stored record in `directory` here; return the deflated ones (torch
+// compresses its debug records) for checking after inflation.
+std::vector<DeflatedRecord> verify_record_checksums(
+    const MappedFile& bytes, const std::vector<DirectoryEntry>& entries, const std::string& path) {
+  const size_t size = bytes.size();
+  std::vector<DeflatedRecord> deflated;
+  for (const DirectoryEntry& entry : entries) {
+    const std::string& name = entry.name;
+    if (entry.stored_size == 0xFFFFFFFFu || entry.inflated_size == 0xFFFFFFFFu || entry.local_header == 0xFFFFFFFFu) {
+      continue;
+    }
+    if (entry.method == 8) {
+      if (entry.inflated_size > kMaxDeflateRatio * entry.stored_size + 64) {
+        throw ModelFileError(damaged(path) + "record " + name + " claims an impossible size");
+      }
+      deflated.push_back({name, entry.expected_crc});
+      continue;
+    }
+    if (entry.method != 0) {
+      continue;
+    }
+    const size_t local = entry.local_header;
+    if (local + 30 > size || le32(bytes, local) != 0x04034b50u) {
+      throw ModelFileError(damaged(path) + "record " + name + " is missing");
+    }
+    const size_t data = local + 30 + le16(bytes, local + 26) + le16(bytes, local + 28);
+    if (data + entry.stored_size > size) {
+      throw ModelFileError(damaged(path) + "record " + name + " is cut short");
+    }
+    if (crc32(bytes.data() + data, entry.stored_size) != entry.expected_crc) {
+      throw ModelFileError(damaged(path) + "record " + name + " fails its CRC-32 check");
+    }
+  }
+  return deflated;
+}
+
 void verify_inflated_checksums(
     const std::string& path, caffe2::serialize::PyTorchStreamReader& reader, const std::vector<DeflatedRecord>& records) {
   for (const DeflatedRecord& record : records) {
-    const std::string damaged = path + ": damaged archive (truncated or corrupted): record " + record.name;
+    const std::string record_is = damaged(path) + "record " + record.name;
     at::DataPtr data;
     size_t size = 0;
     try {
@@ -192,15 +263,100 @@ void verify_inflated_checksums(
     } catch (const std::exception&) {
       // A damaged deflate stream usually fails to inflate (or inflates to the wrong size) before its
       // checksum can be compared.
-      throw ModelFileError(damaged + " cannot be inflated");
+      throw ModelFileError(record_is + " cannot be inflated");
     }
     if (crc32(static_cast<const unsigned char*>(data.get()), size) != record.expected_crc) {
-      throw ModelFileError(damaged + " fails its CRC-32 check");
+      throw ModelFileError(record_is + " fails its CRC-32 check");
     }
   }
 }
 
+// The central directory of `kept` entries, then an end-of-directory record for them placed at `offset`.
+std::string directory_of(const MappedFile& bytes, const std::vector<DirectoryEntry>& kept, size_t offset) {
+  std::string tail;
+  for (const DirectoryEntry& entry : kept) {
+    tail.append(reinterpret_cast<const char*>(bytes.data()) + entry.entry_begin, entry.entry_end - entry.entry_begin);
+  }
+  const auto count = static_cast<uint16_t>(kept.size());
+  const auto directory_size = static_cast<uint32_t>(tail.size());
+  put_le32(tail, 0x06054b50u);
+  put_le16(tail, 0); // this disk
+  put_le16(tail, 0); // the disk the directory starts on
+  put_le16(tail, count);
+  put_le16(tail, count);
+  put_le32(tail, directory_size);
+  put_le32(tail, static_cast<uint32_t>(offset));
+  put_le16(tail, 0); // no comment
+  return tail;
+}
+
+// Reads a span of memory as a seekable stream (what LibTorch's IStreamAdapter needs: seekg, tellg, read).
+class MemoryStreamBuffer : public std::streambuf {
+ public:
+  MemoryStreamBuffer(const unsigned char* data, size_t size) {
+    char* begin = const_cast<char*>(reinterpret_cast<const char*>(data)); // only ever read
+    setg(begin, begin, begin + size);
+  }
+
+ protected:
+  pos_type seekoff(off_type offset, std::ios_base::seekdir from, std::ios_base::openmode which) override {
+    if ((which & std::ios_base::in) == 0) {
+      return pos_type(off_type(-1));
+    }
+    const off_type base = from == std::ios_base::beg ? 0 : from == std::ios_base::cur ? gptr() - eback() : egptr() - eback();
+    const off_type target = base + offset;
+    if (target < 0 || target > egptr() - eback()) {
+      return pos_type(off_type(-1));
+    }
+    setg(eback(), eback() + target, egptr());
+    return pos_type(target);
+  }
+  pos_type seekpos(pos_type position, std::ios_base::openmode which) override {
+    return seekoff(off_type(position), std::ios_base::beg, which);
+  }
+};
+
+class MemoryStream : public std::istream {
+ public:
+  MemoryStream(std::shared_ptr<const CheckedModelFile::Archive> owner, const unsigned char* data, size_t size)
+      : std::istream(nullptr), owner_(std::move(owner)), buffer_(data, size) {
+    rdbuf(&buffer_);
+  }
+
+ private:
+  std::shared_ptr<const CheckedModelFile::Archive> owner_; // keeps the mapping
+  MemoryStreamBuffer buffer_;
+};
+
 } // namespace
+
+// The model file mapped with its central directory rewritten to list only the records the loader is to read:
+// every record stays where it was, so the local headers and the data the kept entries point at are the file's.
+class CheckedModelFile::Archive {
+ public:
+  Archive(std::unique_ptr<MappedFile> file, size_t size) : file_(std::move(file)), size_(size) {}
+  const unsigned char* data() const {
+    return file_->data();
+  }
+  size_t size() const {
+    return size_;
+  }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+  size_t size_; // up to the rewritten end-of-directory record
+};
+
+CheckedModelFile::CheckedModelFile() = default;
+CheckedModelFile::CheckedModelFile(std::shared_ptr<const Archive> archive) : archive_(std::move(archive)) {}
+CheckedModelFile::~CheckedModelFile() = default;
+
+std::unique_ptr<std::istream> CheckedModelFile::open() const {
+  if (!archive_) {
+    return nullptr;
+  }
+  return std::make_unique<MemoryStream>(archive_, archive_->data(), archive_->size());
+}
 
 std::string printable_first_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
@@ -213,7 +369,7 @@ std::string printable_first_line(const std::string& text) {
   return line;
 }
 
-void check_model_file(const std::string& path) {
+CheckedModelFile check_model_file(const std::string& path, DebugRecords debug_records) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (error || !std::filesystem::exists(status)) {
@@ -231,30 +387,52 @@ void check_model_file(const std::string& path) {
   }
   const auto magic = read_magic(path, size);
   if (size >= 8 && std::string(magic.data() + 4, 4) == "PTMF") {
-    return;
+    return CheckedModelFile();
   }
   if (size < 22 || std::string(magic.data(), 4) != std::string("PK\x03\x04", 4)) {
     throw ModelFileError(path + ": not a lite-interpreter model (not a zip archive)");
   }
-  const std::vector<DeflatedRecord> deflated = verify_record_checksums(path);
+  auto bytes = std::make_unique<MappedFile>(path);
+  const ArchiveDirectory directory = read_directory(*bytes, path);
+  // What the loader reads: the file as it is (by its path), or the records it is to read, in the mapped file
+  // with a central directory listing only them (the skipped ones' bytes stay, unlisted: nothing reads them).
+  std::vector<DirectoryEntry> read;
+  for (const DirectoryEntry& entry : directory.entries) {
+    if (debug_records == DebugRecords::Read || !is_debug_record(entry.name)) {
+      read.push_back(entry);
+    }
+  }
+  const std::vector<DeflatedRecord> deflated = verify_record_checksums(*bytes, read, path);
+  std::shared_ptr<const CheckedModelFile::Archive> archive;
+  if (debug_records == DebugRecords::Skipped && !directory.zip64) {
+    const std::string tail = directory_of(*bytes, read, directory.offset);
+    if (!bytes->rewrite_tail(directory.offset, tail)) {
+      throw ModelFileError(path + ": cannot read the file");
+    }
+    archive = std::make_shared<const CheckedModelFile::Archive>(std::move(bytes), directory.offset + tail.size());
+  }
+  CheckedModelFile checked(archive);
   bool has_bytecode = false;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
+    const std::unique_ptr<std::istream> stream = checked.open();
+    auto reader = stream ? std::make_unique<caffe2::serialize::PyTorchStreamReader>(stream.get())
+                         : std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
     // Record bounds and checksums were verified above; the reader's own directory parse must succeed too.
-    for (const std::string& record : reader.getAllRecords()) {
+    for (const std::string& record : reader->getAllRecords()) {
       has_bytecode = has_bytecode || record == "bytecode.pkl" || ends_with(record, "/bytecode.pkl");
     }
-    verify_inflated_checksums(path, reader, deflated);
+    verify_inflated_checksums(path, *reader, deflated);
   } catch (const ModelFileError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ModelFileError(path + ": damaged archive (truncated or corrupted): " + first_line(e.what()));
+    throw ModelFileError(damaged(path) + first_line(e.what()));
   }
   if (!has_bytecode) {
     throw ModelFileError(
         path + ": no lite-interpreter bytecode in the archive (save with _save_for_lite_interpreter, "
                "not torch.jit.save)");
   }
+  return checked;
 }
 
 } // namespace lightweight_dispatch

@@ -64,7 +64,9 @@ std::thread operator_registry_warm_up() {
   }
 }
 
-torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, LoadTimings& timings) {
+// `debug_records`: DebugRecords::Skipped for the lightweight interpreter, which never reads them.
+torch::jit::mobile::Module load_module(
+    const std::string& path, Dispatch dispatch, DebugRecords debug_records, LoadTimings& timings) {
   auto start = Clock::now();
   std::thread warm_up = operator_registry_warm_up();
   struct Joined {
@@ -75,8 +77,9 @@ torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatc
       }
     }
   } joined{warm_up};
+  CheckedModelFile file;
   try {
-    check_model_file(path);
+    file = check_model_file(path, debug_records);
   } catch (const ModelFileError& e) {
     throw ModelLoadError(printable_first_line(e.what()));
   }
@@ -91,7 +94,9 @@ torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatc
     // select / item calls) dispatch below autograd, as every run does under inference mode; the tensors they
     // make are plain tensors, not inference ones.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto module = torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
+    const std::unique_ptr<std::istream> archive = file.open();
+    auto module = archive ? torch::jit::_load_for_mobile(*archive, std::nullopt, extra_files, options)
+                          : torch::jit::_load_for_mobile(path, std::nullopt, extra_files, options);
     check_loaded_tensors(module);
     timings.libtorch_load_ms = ms_since(start);
     return module;
@@ -283,7 +288,8 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     options.kernels.register_with_dispatcher();
   }
   auto impl = std::make_unique<Impl>(path, options);
-  impl->module = load_module(path, options.dispatch, impl->timings);
+  impl->module = load_module(path, options.dispatch,
+      interpreter_of(options) == Interpreter::Lightweight ? DebugRecords::Skipped : DebugRecords::Read, impl->timings);
   impl->writes_attributes = assigns_attributes(impl->module);
   auto start = Clock::now();
   if (options.dispatch == Dispatch::Static) {

@@ -149,16 +149,36 @@ def test_archive_checksum_fast_path_agrees_with_the_tables() -> None:
     assert (result.returncode, result.stdout.strip()) == (0, "crc32_check: OK"), result.stdout + result.stderr
 
 
+# The stock interpreter reads the debug records (its errors quote the model's source from them); the lightweight
+# one, the default, does not, and the load hides them from LibTorch's loader.
+STOCK_INTERPRETER = ("--interpreter", "stock")
+
+
+def _flip_a_debug_record_that_still_inflates(model: Path) -> zipfile.ZipInfo:
+    info = _deflated_record(model)
+    original = _inflate(_stream_of(model, info))
+    flip = _first_bit_flip(model.read_bytes(), info,
+                           lambda inflated: inflated is not None and len(inflated) == info.file_size
+                           and inflated != original)
+    _flip_bit(model, flip)
+    return info
+
+
 def test_bit_flip_in_a_compressed_record_that_still_inflates(predictor: Path, model_copy: Path) -> None:
     """torch deflates its debug records, and LibTorch inflates them without a CRC check: one flipped byte
     once had the debug-table unpickler allocate 20 GB (a 48 s stall found by the fuzzer)."""
-    info = _deflated_record(model_copy)
-    original = _inflate(_stream_of(model_copy, info))
-    flip = _first_bit_flip(model_copy.read_bytes(), info,
-                           lambda inflated: inflated is not None and len(inflated) == info.file_size
-                           and inflated != original)
-    _flip_bit(model_copy, flip)
-    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} fails its CRC-32 check")
+    info = _flip_a_debug_record_that_still_inflates(model_copy)
+    expect((model_copy, *STOCK_INTERPRETER), predictor, CANNOT_LOAD, f"record {info.filename} fails its CRC-32 check")
+
+
+def test_the_lightweight_interpreter_never_reads_the_debug_records(predictor: Path, model_copy: Path) -> None:
+    """The same damaged debug record: the default run loads without it (LibTorch's loader is handed the archive
+    without the records under code/) and computes the reference outputs; only the stock interpreter refuses."""
+    info = _flip_a_debug_record_that_still_inflates(model_copy)
+    run = run_predictor(predictor, model_copy)
+    assert run.returncode == 0, run.stderr
+    assert "MATCH" in run.stdout and "fails its CRC-32 check" not in run.stderr, run.stdout + run.stderr
+    expect((model_copy, *STOCK_INTERPRETER), predictor, CANNOT_LOAD, f"record {info.filename} fails its CRC-32 check")
 
 
 def test_bit_flip_in_a_compressed_record_that_no_longer_inflates(predictor: Path, model_copy: Path) -> None:
@@ -168,7 +188,7 @@ def test_bit_flip_in_a_compressed_record_that_no_longer_inflates(predictor: Path
     flip = _first_bit_flip(model_copy.read_bytes(), info,
                            lambda inflated: inflated is not None and len(inflated) < info.file_size)
     _flip_bit(model_copy, flip)
-    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} cannot be inflated")
+    expect((model_copy, *STOCK_INTERPRETER), predictor, CANNOT_LOAD, f"record {info.filename} cannot be inflated")
 
 
 def test_compressed_record_claiming_an_impossible_size(predictor: Path, model_copy: Path) -> None:
@@ -180,7 +200,7 @@ def test_compressed_record_claiming_an_impossible_size(predictor: Path, model_co
         directory_entry = data.index(b"PK\x01\x02", directory_entry + 4)
     data[directory_entry + 24:directory_entry + 28] = (0x7FFFFFFF).to_bytes(4, "little")
     model_copy.write_bytes(bytes(data))
-    expect((model_copy,), predictor, CANNOT_LOAD, f"record {info.filename} claims an impossible size")
+    expect((model_copy, *STOCK_INTERPRETER), predictor, CANNOT_LOAD, f"record {info.filename} claims an impossible size")
 
 
 def test_archive_without_bytecode_record(predictor: Path, model_copy: Path) -> None:

@@ -79,8 +79,9 @@ enum class Dispatch {
 };
 
 enum class Interpreter {
-  Lightweight, // lightweight_dispatch's own bytecode loop (bytecode checked once at load)
-  Stock,       // LibTorch's InterpreterState
+  Lightweight, // lightweight_dispatch's own bytecode loop (bytecode checked once at load); the load leaves out the
+               // model's debug records (under code/), which only LibTorch's error messages read
+  Stock,       // LibTorch's InterpreterState (the load reads and checks every record)
 };
 
 // The generated kernels a build links: by default, those of the kernel library linked into the program
@@ -157,7 +158,7 @@ struct CallSite {
 
 // Where Model::load's time went, in milliseconds.
 struct LoadTimings {
-  double file_check_ms = 0;  // archive directory, every record's CRC-32
+  double file_check_ms = 0;  // archive directory, the CRC-32 of every record the loader reads
   double libtorch_load_ms = 0; // LibTorch's loader (packed weights rebuilt here) and the tensor checks
   double bind_ms = 0;        // every call site bound to its generated kernel (static dispatch)
   double specialize_ms = 0;  // the bind-time stage finding and re-binding its sites (kernels compile later,
@@ -169,7 +170,7 @@ struct LoadTimings {
 
 class Model {
  public:
-  // Checks the file (archive directory, every record's CRC-32), loads it, checks its tensors, binds every
+  // Checks the file (archive directory, every record's CRC-32 the loader reads), loads it, checks its tensors, binds every
   // call site (Dispatch::Static) and prepares the interpreter. Throws ModelLoadError,
   // MissingOperatorsError or OptionError.
   static Model load(const std::string& path, const LoadOptions& options = {});
