@@ -137,12 +137,6 @@ struct ArchiveDirectory {
   bool zip64 = false; // left to the reader: no entries read
 };
 
-// A deflated record, whose CRC-32 covers its inflated bytes: checked once the reader can inflate it.
-struct DeflatedRecord {
-  std::string name; // as the zip names it
-  uint32_t expected_crc;
-};
-
 // Deflate cannot expand data by more than about 1032:1; a directory entry claiming more is damaged,
 // and believing it would have the reader allocate up to 4 GB.
 constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -216,12 +210,13 @@ bool is_debug_record(const std::string& zip_name) {
 
 // LibTorch's zip reader skips CRC checks (miniz is built without them), so a flipped byte inside a
 // record would reach the unpickler (a flipped byte in a deflated debug record once had it allocate
-// 20 GB). Verify the CRC-32 of every stored record in `directory` here; return the deflated ones (torch
-// compresses its debug records) for checking after inflation.
-std::vector<DeflatedRecord> verify_record_checksums(
+// 20 GB). Verify the CRC-32 of every stored record in `entries` here; return the deflated ones (torch
+// compresses its debug records), whose CRC-32 covers their inflated bytes, for checking once the reader inflates
+// them.
+std::vector<DirectoryEntry> verify_record_checksums(
     const MappedFile& bytes, const std::vector<DirectoryEntry>& entries, const std::string& path) {
   const size_t size = bytes.size();
-  std::vector<DeflatedRecord> deflated;
+  std::vector<DirectoryEntry> deflated;
   for (const DirectoryEntry& entry : entries) {
     const std::string& name = entry.name;
     if (entry.stored_size == 0xFFFFFFFFu || entry.inflated_size == 0xFFFFFFFFu || entry.local_header == 0xFFFFFFFFu) {
@@ -231,7 +226,7 @@ std::vector<DeflatedRecord> verify_record_checksums(
       if (entry.inflated_size > kMaxDeflateRatio * entry.stored_size + 64) {
         throw ModelFileError(damaged(path) + "record " + name + " claims an impossible size");
       }
-      deflated.push_back({name, entry.expected_crc});
+      deflated.push_back(entry);
       continue;
     }
     if (entry.method != 0) {
@@ -253,8 +248,8 @@ std::vector<DeflatedRecord> verify_record_checksums(
 }
 
 void verify_inflated_checksums(
-    const std::string& path, caffe2::serialize::PyTorchStreamReader& reader, const std::vector<DeflatedRecord>& records) {
-  for (const DeflatedRecord& record : records) {
+    const std::string& path, caffe2::serialize::PyTorchStreamReader& reader, const std::vector<DirectoryEntry>& records) {
+  for (const DirectoryEntry& record : records) {
     const std::string record_is = damaged(path) + "record " + record.name;
     at::DataPtr data;
     size_t size = 0;
@@ -316,18 +311,6 @@ class MemoryStreamBuffer : public std::streambuf {
   }
 };
 
-class MemoryStream : public std::istream {
- public:
-  MemoryStream(std::shared_ptr<const CheckedModelFile::Archive> owner, const unsigned char* data, size_t size)
-      : std::istream(nullptr), owner_(std::move(owner)), buffer_(data, size) {
-    rdbuf(&buffer_);
-  }
-
- private:
-  std::shared_ptr<const CheckedModelFile::Archive> owner_; // keeps the mapping
-  MemoryStreamBuffer buffer_;
-};
-
 } // namespace
 
 // The model file mapped with its central directory rewritten to list only the records the loader is to read:
@@ -347,6 +330,23 @@ class CheckedModelFile::Archive {
   size_t size_; // up to the rewritten end-of-directory record
 };
 
+namespace {
+
+// A stream over the archive, which it keeps mapped while it is read.
+class ArchiveStream : public std::istream {
+ public:
+  explicit ArchiveStream(std::shared_ptr<const CheckedModelFile::Archive> archive)
+      : std::istream(nullptr), archive_(std::move(archive)), buffer_(archive_->data(), archive_->size()) {
+    rdbuf(&buffer_);
+  }
+
+ private:
+  std::shared_ptr<const CheckedModelFile::Archive> archive_;
+  MemoryStreamBuffer buffer_;
+};
+
+} // namespace
+
 CheckedModelFile::CheckedModelFile() = default;
 CheckedModelFile::CheckedModelFile(std::shared_ptr<const Archive> archive) : archive_(std::move(archive)) {}
 CheckedModelFile::~CheckedModelFile() = default;
@@ -355,7 +355,7 @@ std::unique_ptr<std::istream> CheckedModelFile::open() const {
   if (!archive_) {
     return nullptr;
   }
-  return std::make_unique<MemoryStream>(archive_, archive_->data(), archive_->size());
+  return std::make_unique<ArchiveStream>(archive_);
 }
 
 std::string printable_first_line(const std::string& text) {
@@ -402,7 +402,7 @@ CheckedModelFile check_model_file(const std::string& path, DebugRecords debug_re
       read.push_back(entry);
     }
   }
-  const std::vector<DeflatedRecord> deflated = verify_record_checksums(*bytes, read, path);
+  const std::vector<DirectoryEntry> deflated = verify_record_checksums(*bytes, read, path);
   std::shared_ptr<const CheckedModelFile::Archive> archive;
   if (debug_records == DebugRecords::Skipped && !directory.zip64) {
     const std::string tail = directory_of(*bytes, read, directory.offset);
