@@ -97,7 +97,12 @@ options:
                      and (Linux, where transparent huge pages are "madvise" or "always") the malloc arena
                      of the background preparation thread is advised for 2 MB pages, so the weights oneDNN
                      reorders there sit on huge pages: fewer page-table walks on a run after other work
-                     evicted the caches
+                     evicted the caches; and a helper thread faults in the heap's next pages while
+                     the model loads (below)
+  --no-heap-prefault by default (Linux 5.14+, glibc), while the model loads a helper thread faults in
+                     the heap's next pages (up to the model file's size and 32 MB more), so that the
+                     loader's copies of the tensors and the first run's activations find them mapped;
+                     this leaves each page to fault in when first written (for comparison)
   --save-outputs F   write the outputs for torch.load, as the model returns them (tuples, lists, dicts)
   --json             print one JSON object on stdout instead of the readable summary
   --list-ops         print the operators this build has generated kernels for (with their schemas
@@ -188,6 +193,8 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       }
     } else if (arg == "--default-malloc") {
       options.default_malloc = true;
+    } else if (arg == "--no-heap-prefault") {
+      options.heap_prefault = false;
     } else if (arg == "--list-ops") {
       options.list_ops = true;
     } else if (arg == "--json") {

@@ -36,6 +36,7 @@ struct Options {
   bool prepare_on_first_call = false; // --prepare first-call: its kernels compile on the calling thread
   bool model_check = true; // --no-model-check turns the stage's model check off
   bool default_malloc = false; // leave glibc's mmap thresholds as they are (for comparison)
+  bool heap_prefault = true; // --no-heap-prefault: no helper thread faulting in the heap while loading
   bool json = false;
   bool help = false;
   bool list_ops = false; // print the operators this build has generated kernels for, and exit

@@ -74,6 +74,7 @@ ld::Model load_model(const ld::Options& options) {
   load_options.quantized_engine = options.qengine;
   load_options.keep_large_allocations_in_heap = !options.default_malloc;
   load_options.heap_on_huge_pages = !options.default_malloc;
+  load_options.prefault_heap = options.heap_prefault && !options.default_malloc;
   load_options.specialize = options.specialize;
   load_options.preparation = options.prepare_on_first_call ? ld::Preparation::FirstCall : ld::Preparation::Background;
   load_options.model_check = options.model_check;
@@ -315,9 +316,11 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
 
   phase.enter(ld::Phase::Running);
   crash_if_a_test_asks();
+  const long faults_before_first = minor_page_faults();
   const auto first_start = Clock::now();
   c10::IValue output = run_once(module, inputs.values);
   report.first_run_ms = ms_since(first_start);
+  report.first_run_page_faults = minor_page_faults() - faults_before_first;
   if (module.background_preparation().runs > 0) {
     // The first run had the generated kernels: wait for the compiled ones, and check what they give.
     const auto wait_start = Clock::now();

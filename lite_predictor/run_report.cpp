@@ -221,6 +221,9 @@ void print_huge_pages_text(std::ostream& out, const RunReport& report) {
   } else {
     out << "heap as glibc sets it up (--default-malloc)";
   }
+  if (report.load_timings.heap_prefaulted_bytes > 0) {
+    out << "; " << report.load_timings.heap_prefaulted_bytes / kMegabyte << " MB of heap faulted in ahead while loading";
+  }
   out << "; " << pages.process_huge_page_bytes / kMegabyte << " MB of this process on 2 MB pages (THP mode "
       << (pages.system_mode.empty() ? "unknown" : pages.system_mode) << ")\n";
 }
@@ -421,7 +424,8 @@ void print_text(std::ostream& out, const RunReport& report) {
   out << "load:      " << report.load_ms << " ms: file check " << t.file_check_ms << ", LibTorch's loader "
       << t.libtorch_load_ms << ", binding " << t.bind_ms << ", bind-time stage " << t.specialize_ms
       << ", bytecode check " << t.prepare_ms << " ms\n";
-  out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms, median "
+  out << "timing:    load " << report.load_ms << " ms, first run " << report.first_run_ms << " ms ("
+      << report.first_run_page_faults << " page faults), median "
       << report.median_ms << " ms, min " << report.min_ms << " ms over " << report.iters << " runs, "
       << std::setprecision(0) << report.page_faults_per_run << std::setprecision(3) << " page faults per run"
       << (report.default_malloc ? " (glibc's default malloc thresholds)" : "");
@@ -473,8 +477,10 @@ void print_json(std::ostream& out, const RunReport& report) {
       << ", \"libtorch_load\": " << report.load_timings.libtorch_load_ms << ", \"bind\": " << report.load_timings.bind_ms
       << ", \"specialize\": " << report.load_timings.specialize_ms
       << ", \"bytecode_check\": " << report.load_timings.prepare_ms << "}"
+      << ", \"heap_prefaulted_bytes\": " << report.load_timings.heap_prefaulted_bytes
       << ", \"first_run_ms\": " << report.first_run_ms << ", \"median_ms\": " << report.median_ms
       << ", \"min_ms\": " << report.min_ms << ", \"page_faults_per_run\": " << report.page_faults_per_run
+      << ", \"first_run_page_faults\": " << report.first_run_page_faults
       << ", \"malloc\": " << json_string(report.default_malloc ? "default" : "heap") << ", \"iters\": " << report.iters << ", \"threads\": " << report.threads;
   const HugePages& pages = report.huge_pages;
   out << ", \"huge_pages\": {\"system_mode\": " << json_string(pages.system_mode) << ", \"heap_advised\": "

@@ -6,6 +6,7 @@
 #include <bind_time/stage.h>
 #include <runtime/allocator_settings.h>
 #include <runtime/bytecode_interpreter.h>
+#include <runtime/heap_prefault.h>
 #include <runtime/huge_page_heap.h>
 #include <runtime/model_file_check.h>
 #include <runtime/model_integrity.h>
@@ -24,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -45,39 +47,57 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
-// lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-6 ms). The
-// lookup is the registry's own (under its lock), so a second thread can make that first one while this thread
-// checks the file; the loader then finds the registry ready, or waits on its lock for the rest. Where no thread
-// can start, the load goes on without one and only pays that time.
-std::thread operator_registry_warm_up() {
-  try {
-    return std::thread([] {
-      try {
-        torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
-      } catch (const std::exception&) {
-        // the loader's own lookup meets the same error and reports it
-      }
-    });
-  } catch (const std::system_error&) {
-    return std::thread();
-  }
-}
-
-// `debug_records`: DebugRecords::Skipped for the lightweight interpreter, which never reads them.
-torch::jit::mobile::Module load_module(
-    const std::string& path, Dispatch dispatch, DebugRecords debug_records, LoadTimings& timings) {
-  auto start = Clock::now();
-  std::thread warm_up = operator_registry_warm_up();
-  struct Joined {
-    std::thread& thread;
-    ~Joined() {
-      if (thread.joinable()) {
-        thread.join();
-      }
+// A second thread for the length of a load, where one can start (a load goes on without it, only slower):
+// - LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
+//   lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-6 ms). The
+//   lookup is the registry's own (under its lock), so this thread makes that first one while the loading thread
+//   checks the file; the loader then finds the registry ready, or waits on its lock for the rest.
+// - Then, for a load on the main thread with the heap settings applied, it faults in the heap's next pages
+//   ahead of the loader's copies of the tensors and the first run's activations (runtime/heap_prefault.h).
+class LoadHelper {
+ public:
+  // `prefault_budget`: the most heap to fault in (0: none).
+  explicit LoadHelper(size_t prefault_budget) : prefault_(prefault_budget) {
+    try {
+      thread_ = std::thread([this, prefault = prefault_budget > 0] {
+        try {
+          torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
+        } catch (const std::exception&) {
+          // the loader's own lookup meets the same error and reports it
+        }
+        if (prefault) {
+          prefault_.run();
+        }
+      });
+    } catch (const std::system_error&) {
     }
-  } joined{warm_up};
-  CheckedModelFile file;
+  }
+  LoadHelper(const LoadHelper&) = delete;
+  LoadHelper& operator=(const LoadHelper&) = delete;
+  ~LoadHelper() {
+    finish();
+  }
+
+  // Stops the thread and waits for it; returns the bytes of heap it faulted in.
+  size_t finish() {
+    prefault_.stop();
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+    return prefault_.populated_bytes();
+  }
+
+ private:
+  HeapPrefault prefault_;
+  std::thread thread_;
+};
+
+// `debug_records`: DebugRecords::Skipped for the lightweight interpreter, which never reads them. `file`: the
+// checked file, which the loader reads from its mapping; the caller releases it after the LoadHelper has stopped
+// (unmapping it while the helper faults in the heap took 5-7 ms here, against 0.8 alone).
+torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, DebugRecords debug_records,
+    LoadTimings& timings, CheckedModelFile& file) {
+  auto start = Clock::now();
   try {
     file = check_model_file(path, debug_records);
   } catch (const ModelFileError& e) {
@@ -148,6 +168,13 @@ std::optional<c10::FunctionSchema> operator_schema(const std::string& op, const 
     return found->schema();
   }
   return std::nullopt;
+}
+
+// The file's size in bytes, or 0 if it cannot be read (the file check then says why).
+size_t file_size(const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  return error ? 0 : static_cast<size_t>(size);
 }
 
 Interpreter interpreter_of(const LoadOptions& options) {
@@ -287,9 +314,14 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     // The stock interpreter resolves operators through the dispatcher, which must know the project's own.
     options.kernels.register_with_dispatcher();
   }
+  CheckedModelFile checked_file; // released after the helper has stopped (see load_module)
+  LoadHelper helper(options.keep_large_allocations_in_heap && options.prefault_heap && allocates_from_main_heap()
+          ? heap_prefault_budget(file_size(path))
+          : 0);
   auto impl = std::make_unique<Impl>(path, options);
   impl->module = load_module(path, options.dispatch,
-      interpreter_of(options) == Interpreter::Lightweight ? DebugRecords::Skipped : DebugRecords::Read, impl->timings);
+      interpreter_of(options) == Interpreter::Lightweight ? DebugRecords::Skipped : DebugRecords::Read, impl->timings,
+      checked_file);
   impl->writes_attributes = assigns_attributes(impl->module);
   auto start = Clock::now();
   if (options.dispatch == Dispatch::Static) {
@@ -334,6 +366,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     }
   }
   impl->timings.prepare_ms = ms_since(start);
+  impl->timings.heap_prefaulted_bytes = helper.finish();
   return Model(std::move(impl));
 }
 

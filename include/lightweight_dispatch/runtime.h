@@ -115,6 +115,13 @@ struct LoadOptions {
   // after other work has evicted the caches walks far fewer page tables. Costs address space, not memory; the
   // main heap is left alone. See huge_pages().
   bool heap_on_huge_pages = true;
+  // With keep_large_allocations_in_heap, a load on the process's main thread (whose allocations come from the
+  // main heap) has a helper thread fault in the heap's pages above those in use, up to the model file's size and
+  // 32 MB more, until the load returns (Linux 5.14+, glibc: MADV_POPULATE_WRITE, which leaves the pages' contents
+  // alone): the loader's copies of the tensors and the first run's activations then find their pages mapped
+  // (EfficientNet-B0, load + first run: README). Costs resident memory the process had not touched yet, never
+  // more than the heap's 64 MB pad above what malloc handed out.
+  bool prefault_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
   // with the activations directly following it (relu, hardtanh, silu, sigmoid, hardswish, tanh, erf gelu) and
@@ -164,6 +171,9 @@ struct LoadTimings {
   double specialize_ms = 0;  // the bind-time stage finding and re-binding its sites (kernels compile later,
                              // on each site's first call per shape: part of the first run)
   double prepare_ms = 0;     // forward's bytecode checked for the lightweight interpreter
+  // Heap pages a helper thread faulted in ahead of the load and the first run (LoadOptions::
+  // keep_large_allocations_in_heap, a load on the main thread, Linux 5.14 and glibc; otherwise 0).
+  size_t heap_prefaulted_bytes = 0;
 };
 
 // --- the model
