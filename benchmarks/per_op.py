@@ -215,8 +215,8 @@ def lite_predictor_per_op(predictor: Path, model: MicroModel, mode: str, models_
     """Instructions per op call measured on lite_predictor itself, whole program under callgrind, two
     --iters values differenced (start-up, ~1.1e9 instructions, cancels). Slow (~40 s a run): a cross-check."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    # A lite_predictor that runs the model in a forked child by default must be kept in one process, or the
-    # parent's dump (start-up only) overwrites the child's.
+    # Older lite_predictors ran the model in a forked child by default: kept in one process, or the parent's dump
+    # (start-up only) would overwrite the child's.
     usage = subprocess.run([str(predictor), "--help"], capture_output=True, text=True).stdout
     in_process = ["--in-process"] if "--in-process" in usage else []
     totals = []

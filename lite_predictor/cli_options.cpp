@@ -68,8 +68,11 @@ options:
                      each operator's calls, time per run and share of the run (the report's timing
                      line still comes from runs without the timer; operators are named without overload;
                      a bind-time kernel run at the residual add after its conv counts as the conv)
-  --in-process       run in this process; by default the work runs in a child process so that a
-                     crash inside LibTorch on a damaged model is reported instead of killing us
+  --no-crash-guard   leave the fault signals' handlers alone (for debuggers, profilers and core dumps);
+                     by default a crash inside LibTorch on a damaged model (SIGSEGV, SIGBUS, SIGABRT,
+                     ...) is reported with the phase it happened in and an exit code instead of killing
+                     the process. --in-process is the same (its name from when the guard was a child
+                     process)
   --no-specialize    turn the bind-time stage off: every call site runs its generated kernel (bit for bit
                      the stock kernels' results). By default conv2d and linear sites with constant weights
                      (frozen models, or unfrozen ones whose attributes nothing writes) run a oneDNN Graph
@@ -176,7 +179,7 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.parallel = parse_int(arg, value(), 1);
     } else if (arg == "--profile-ops") {
       options.profile_ops = true;
-    } else if (arg == "--in-process") {
+    } else if (arg == "--no-crash-guard" || arg == "--in-process") {
       options.in_process = true;
     } else if (arg == "--no-specialize") {
       options.specialize = false;

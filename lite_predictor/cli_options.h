@@ -31,7 +31,7 @@ struct Options {
   InterpreterKind interpreter = InterpreterKind::Lightweight;
   int parallel = 0; // > 0: also run from this many threads at once on the one loaded module
   bool profile_ops = false; // after the timed runs, --iters more with a per-operator timer
-  bool in_process = false; // no crash-guard child process (for debuggers and profilers)
+  bool in_process = false; // --no-crash-guard (or --in-process): no fault-signal handlers (debuggers, profilers)
   bool specialize = true; // the bind-time stage (static dispatch); --no-specialize turns it off
   bool prepare_on_first_call = false; // --prepare first-call: its kernels compile on the calling thread
   bool model_check = true; // --no-model-check turns the stage's model check off

@@ -47,14 +47,13 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// TEST ONLY. LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv makes the worker die by SIGSEGV just before it runs the
+// TEST ONLY. LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv raises SIGSEGV just before the predictor runs the
 // model, where a damaged file would crash a LibTorch kernel: tests/test_reliability.py uses it to check the crash
 // guard end to end, because the file checks refuse every damaged file known to crash LibTorch. No model file or
 // option can reach this; only that exact variable and value do.
 void crash_if_a_test_asks() {
   const char* crash = std::getenv("LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH");
   if (crash != nullptr && std::string(crash) == "segv") {
-    std::signal(SIGSEGV, SIG_DFL); // death by the signal, whatever handler LibTorch may have installed
     std::raise(SIGSEGV);
   }
 }
@@ -427,5 +426,5 @@ int main(int argc, char** argv) {
       [&](const ld::PhaseReporter& phase) { return run_reporting_failures(options, phase); },
       options.model_path,
       {kRunFailed, kCannotLoad, kRunFailed},
-      options.in_process));
+      !options.in_process));
 }

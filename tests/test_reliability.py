@@ -318,7 +318,7 @@ def test_a_crash_inside_libtorch_is_reported_not_suffered(predictor: Path, model
     run = run_predictor(predictor, model, "--input", models_dir / "indexing.inputs.pt")
     assert run.returncode == RUN_FAILED, (run.returncode, run.stderr)  # an exit code, not death by the signal
     assert _guard_message(model) in run.stderr, run.stderr
-    assert run.stdout == ""  # the worker died before it could report
+    assert run.stdout == ""  # the crash ended the run before it could report
 
 
 def test_without_the_crash_guard_that_crash_kills_the_predictor(
@@ -332,8 +332,8 @@ def test_without_the_crash_guard_that_crash_kills_the_predictor(
 
 
 def _run_with_test_only_crash(predictor: Path, models_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    """lite_predictor with its test-only crash (main.cpp: LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv): the worker
-    dies by SIGSEGV just before it runs the (undamaged) model. It keeps the guard tested end to end should the
+    """lite_predictor with its test-only crash (main.cpp: LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH=segv): it raises
+    SIGSEGV just before it runs the (undamaged) model. It keeps the guard tested end to end should the
     load checks come to refuse the damaged file above."""
     env = {**os.environ, "LIGHTWEIGHT_DISPATCH_TEST_ONLY_CRASH": "segv"}
     return subprocess.run(
@@ -350,7 +350,7 @@ def test_a_worker_killed_by_a_signal_while_running_is_reported(predictor: Path, 
 
 
 def test_the_test_only_crash_kills_the_predictor_without_the_guard(predictor: Path, models_dir: Path) -> None:
-    run = _run_with_test_only_crash(predictor, models_dir, "--in-process")
+    run = _run_with_test_only_crash(predictor, models_dir, "--no-crash-guard")
     assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stderr)
 
 
@@ -448,7 +448,7 @@ def test_crash_guard_tells_a_start_up_crash_from_a_damaged_model() -> None:
     program = REPO_ROOT / "build" / "crash_guard_check"
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "crash_guard_check: 4 passed, 0 failed"
+    assert result.stdout.splitlines()[-1] == "crash_guard_check: 7 passed, 0 failed"
 
 
 # --- a model that assigns its attributes, run from several threads
