@@ -40,7 +40,7 @@ struct RunReport {
   double median_ms = 0.0;
   double min_ms = 0.0;
   double page_faults_per_run = 0.0; // minor page faults per timed run (fresh mmap'd pages show up here)
-  long first_run_page_faults = 0;   // minor page faults in the first run (the process's, other threads' included)
+  long first_run_page_faults = 0;   // minor page faults the calling thread took in the first run (not the helper's)
   bool default_malloc = false;
   HugePages huge_pages; // after the timed runs
   int iters = 0;

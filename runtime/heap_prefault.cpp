@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#if defined(__linux__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#if defined(__linux__) && defined(__GLIBC__)
 #define LIGHTWEIGHT_DISPATCH_HEAP_PREFAULT 1
-#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,7 +22,6 @@ namespace lightweight_dispatch {
 namespace {
 
 constexpr size_t kStepBytes = size_t{1} << 20;
-constexpr auto kIdleWait = std::chrono::microseconds(250);
 
 #ifdef LIGHTWEIGHT_DISPATCH_HEAP_PREFAULT
 uintptr_t page_size() {
@@ -36,19 +33,15 @@ uintptr_t page_down(uintptr_t address) {
   return address & ~(page_size() - 1);
 }
 
-// The first page above the last one the process has touched in the main heap, which is where the heap's free top
-// starts (glibc's top chunk ends at the program break; pages it has never handed out are not resident). Only
-// the last 128 MB below the break are looked at: the top is never larger than the heap's pad above what malloc
-// asked for (64 MB, runtime/allocator_settings.h) plus one allocation below the mmap threshold (32 MB).
-uintptr_t first_untouched_heap_page(uintptr_t heap_start, uintptr_t program_break) {
-  constexpr uintptr_t kLookedAt = uintptr_t{128} << 20;
-  const uintptr_t from = std::max(heap_start, program_break - std::min(program_break, kLookedAt));
-  if (from >= program_break) {
-    return program_break;
+// The end of the last page in [from, to) that is resident, `from` if none is, or `to` if the range is not mapped
+// as the heap should be. In the heap above what malloc has handed out, a resident page is one somebody wrote.
+uintptr_t end_of_last_touched_page(uintptr_t from, uintptr_t to) {
+  if (from >= to) {
+    return to;
   }
-  std::vector<unsigned char> resident((program_break - from) / page_size());
-  if (mincore(reinterpret_cast<void*>(from), program_break - from, resident.data()) != 0) {
-    return program_break; // not the heap we took it for: populate nothing
+  std::vector<unsigned char> resident((to - from) / page_size());
+  if (mincore(reinterpret_cast<void*>(from), to - from, resident.data()) != 0) {
+    return to;
   }
   for (size_t page = resident.size(); page > 0; --page) {
     if ((resident[page - 1] & 1) != 0) {
@@ -56,6 +49,16 @@ uintptr_t first_untouched_heap_page(uintptr_t heap_start, uintptr_t program_brea
     }
   }
   return from;
+}
+
+// The first page above the last one the process has touched in the main heap, which is where the heap's free top
+// starts (glibc's top chunk ends at the program break; pages it has never handed out are not resident). Only
+// the last 128 MB below the break are looked at: the top is never larger than the heap's pad above what malloc
+// asked for (64 MB, runtime/allocator_settings.h) plus one allocation below the mmap threshold (32 MB).
+uintptr_t first_untouched_heap_page(uintptr_t heap_start, uintptr_t program_break) {
+  constexpr uintptr_t kLookedAt = uintptr_t{128} << 20;
+  return end_of_last_touched_page(
+      std::max(heap_start, program_break - std::min(program_break, kLookedAt)), program_break);
 }
 
 // The main heap's first address, from /proc/self/maps ("[heap]"), or 0 if it has none yet.
@@ -85,44 +88,48 @@ bool allocates_from_main_heap() {
 #endif
 }
 
-bool HeapPrefault::stopped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stop_;
-}
-
-void HeapPrefault::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  woken_.notify_all();
-}
-
-void HeapPrefault::run() {
+HeapPrefault::Step HeapPrefault::step() {
 #ifdef LIGHTWEIGHT_DISPATCH_HEAP_PREFAULT
-  const uintptr_t heap_start = main_heap_start();
-  if (heap_start == 0) {
-    return;
+  if (done_) {
+    return Step::Done;
   }
-  uintptr_t populated_to = first_untouched_heap_page(heap_start, page_down(reinterpret_cast<uintptr_t>(sbrk(0))));
-  const uintptr_t populate_below = populated_to + page_down(budget_bytes_);
-  while (populated_to < populate_below && !stopped()) {
-    // The heap grows as the loader allocates; pages above the break are not mapped yet.
-    const uintptr_t wanted_to = std::min(page_down(reinterpret_cast<uintptr_t>(sbrk(0))), populate_below);
-    if (populated_to < wanted_to) {
-      const size_t length = std::min<size_t>(wanted_to - populated_to, kStepBytes);
-      if (madvise(reinterpret_cast<void*>(populated_to), length, MADV_POPULATE_WRITE) == 0) {
-        populated_to += length;
-        populated_bytes_.fetch_add(length, std::memory_order_relaxed);
-        continue;
-      }
-      if (errno != EINTR && errno != EAGAIN) {
-        return; // EINVAL, ENOSYS: this kernel cannot populate ahead; ENOMEM: the heap shrank under us (a trim)
-      }
+  if (populate_below_ == 0) { // the first step: where the untouched heap starts
+    const uintptr_t heap_start = main_heap_start();
+    if (heap_start == 0) {
+      done_ = true;
+      return Step::Done;
     }
-    std::unique_lock<std::mutex> lock(mutex_);
-    woken_.wait_for(lock, kIdleWait, [this] { return stop_; });
+    populated_to_ = first_untouched_heap_page(heap_start, page_down(reinterpret_cast<uintptr_t>(sbrk(0))));
+    populate_below_ = populated_to_ + page_down(budget_bytes_);
   }
+  // The heap grows as the loader allocates; pages above the break are not mapped yet.
+  const uintptr_t wanted_to = std::min(page_down(reinterpret_cast<uintptr_t>(sbrk(0))), populate_below_);
+  if (populated_to_ >= populate_below_) {
+    done_ = true;
+    return Step::Done;
+  }
+  if (populated_to_ >= wanted_to) {
+    return Step::CaughtUp;
+  }
+  // The loading thread may have written past us (faster than a step): go on above the pages it touched, up to
+  // 64 MB further (looking further costs more than stepping over pages that are there already).
+  populated_to_ = std::max(populated_to_,
+      std::min(end_of_last_touched_page(populated_to_, std::min(wanted_to, populated_to_ + (uintptr_t{64} << 20))),
+          wanted_to));
+  if (populated_to_ >= wanted_to) {
+    return Step::CaughtUp;
+  }
+  const size_t length = std::min<size_t>(wanted_to - populated_to_, kStepBytes);
+  if (madvise(reinterpret_cast<void*>(populated_to_), length, MADV_POPULATE_WRITE) != 0) {
+    // EINTR, EAGAIN: try again; EINVAL, ENOSYS: this kernel cannot populate ahead; ENOMEM: the heap shrank (a trim)
+    done_ = errno != EINTR && errno != EAGAIN;
+    return done_ ? Step::Done : Step::CaughtUp;
+  }
+  populated_to_ += length;
+  populated_bytes_.fetch_add(length, std::memory_order_relaxed);
+  return Step::Faulted;
+#else
+  return Step::Done;
 #endif
 }
 

@@ -13,38 +13,37 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <mutex>
+#include <cstdint>
 
 namespace lightweight_dispatch {
 
 // Whether the calling thread's allocations come from the main heap: glibc on Linux, on the process's main thread.
 bool allocates_from_main_heap();
 
+// Used by one thread (the helper), step by step; populated_bytes() may be read from any.
 class HeapPrefault {
  public:
-  // `budget_bytes`: how much of the heap above its in-use top (when run() starts) to fault in at most.
+  // `budget_bytes`: how much of the heap above the pages in use (when the first step looks) to fault in at most.
   explicit HeapPrefault(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
-  // On the helper thread: keeps the pages ahead faulted in until stop(). Returns at once where the system cannot
-  // populate pages ahead (no MADV_POPULATE_WRITE, not glibc).
-  void run();
-  // From any thread: run() returns within one step (1 MB of pages).
-  void stop();
+  enum class Step {
+    Faulted,  // up to 1 MB more faulted in
+    CaughtUp, // nothing above the heap's break to fault in now: step again once the heap has grown
+    Done,     // the budget is spent, or the system cannot populate pages ahead (not glibc, Linux before 5.14)
+  };
+  Step step();
 
   size_t populated_bytes() const {
     return populated_bytes_.load(std::memory_order_relaxed);
   }
 
  private:
-  bool stopped() const;
-
   size_t budget_bytes_;
+  uintptr_t populated_to_ = 0;   // pages below are faulted in (by us, or in use already)
+  uintptr_t populate_below_ = 0; // where the budget ends; 0 before the first step
+  bool done_ = false;
   std::atomic<size_t> populated_bytes_{0};
-  mutable std::mutex mutex_;
-  std::condition_variable woken_;
-  bool stop_ = false;
 };
 
 // The budget for a model file of `file_bytes`: its size (the loader copies every tensor out of it) and 32 MB for

@@ -8,11 +8,13 @@
 #include <runtime/bytecode_interpreter.h>
 #include <runtime/heap_prefault.h>
 #include <runtime/huge_page_heap.h>
+#include <runtime/load_helper.h>
 #include <runtime/model_file_check.h>
 #include <runtime/model_integrity.h>
 #include <runtime/op_binding.h>
 #include <runtime/quantized_engine.h>
 
+#include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/mobile/code.h>
@@ -47,54 +49,8 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// A second thread for the length of a load, where one can start (a load goes on without it, only slower):
-// - LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
-//   lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-6 ms). The
-//   lookup is the registry's own (under its lock), so this thread makes that first one while the loading thread
-//   checks the file; the loader then finds the registry ready, or waits on its lock for the rest.
-// - Then, for a load on the main thread with the heap settings applied, it faults in the heap's next pages
-//   ahead of the loader's copies of the tensors and the first run's activations (runtime/heap_prefault.h).
-class LoadHelper {
- public:
-  // `prefault_budget`: the most heap to fault in (0: none).
-  explicit LoadHelper(size_t prefault_budget) : prefault_(prefault_budget) {
-    try {
-      thread_ = std::thread([this, prefault = prefault_budget > 0] {
-        try {
-          torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
-        } catch (const std::exception&) {
-          // the loader's own lookup meets the same error and reports it
-        }
-        if (prefault) {
-          prefault_.run();
-        }
-      });
-    } catch (const std::system_error&) {
-    }
-  }
-  LoadHelper(const LoadHelper&) = delete;
-  LoadHelper& operator=(const LoadHelper&) = delete;
-  ~LoadHelper() {
-    finish();
-  }
-
-  // Stops the thread and waits for it; returns the bytes of heap it faulted in.
-  size_t finish() {
-    prefault_.stop();
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-    return prefault_.populated_bytes();
-  }
-
- private:
-  HeapPrefault prefault_;
-  std::thread thread_;
-};
-
 // `debug_records`: DebugRecords::Skipped for the lightweight interpreter, which never reads them. `file`: the
-// checked file, which the loader reads from its mapping; the caller releases it after the LoadHelper has stopped
-// (unmapping it while the helper faults in the heap took 5-7 ms here, against 0.8 alone).
+// checked file, which the loader reads from its mapping; the caller hands it to the LoadHelper to unmap.
 torch::jit::mobile::Module load_module(const std::string& path, Dispatch dispatch, DebugRecords debug_records,
     LoadTimings& timings, CheckedModelFile& file) {
   auto start = Clock::now();
@@ -235,7 +191,16 @@ struct Model::Impl {
   Impl(std::string model_path, LoadOptions load_options)
       : path(std::move(model_path)), options(std::move(load_options)) {}
   ~Impl() {
+    finish_load_helper();
     stage.reset(); // its background preparation run uses everything below
+  }
+
+  void finish_load_helper() const {
+    std::call_once(load_helper_finished, [this] {
+      if (load_helper) {
+        heap_prefaulted_bytes.store(load_helper->finish());
+      }
+    });
   }
 
   std::string path;
@@ -252,6 +217,12 @@ struct Model::Impl {
   std::optional<torch::jit::mobile::Method> forward_method;
   bool writes_attributes = false; // some SET_ATTR in the bytecode: runs take attribute_writes_mutex
   mutable std::mutex attribute_writes_mutex;
+  // The load's helper thread (runtime/load_helper.h), left faulting in the heap until the first caller's run on
+  // the loading thread at one intra-op thread has ended (at more threads it would take a core from the run).
+  std::unique_ptr<LoadHelper> load_helper;
+  std::thread::id loading_thread;
+  mutable std::once_flag load_helper_finished;
+  mutable std::atomic<size_t> heap_prefaulted_bytes{0};
 
   // `method` on `inputs`, checked already, under inference mode, through the interpreter the options chose.
   c10::IValue run(const std::string& method, std::vector<c10::IValue> inputs) const {
@@ -274,6 +245,15 @@ struct Model::Impl {
   // A run of `method` by the caller: through the bind-time stage, when there is one. One at a time for a model
   // that writes its attributes: an object's slots are not safe to assign from several threads at once.
   c10::IValue run_for_caller(const std::string& method, std::vector<c10::IValue> inputs) const {
+    if (std::this_thread::get_id() != loading_thread || at::get_num_threads() > 1) {
+      finish_load_helper();
+    }
+    struct FinishedAfter {
+      const Impl& model;
+      ~FinishedAfter() {
+        model.finish_load_helper();
+      }
+    } load_helper_finished_after{*this};
     std::unique_lock<std::mutex> one_at_a_time(attribute_writes_mutex, std::defer_lock);
     if (writes_attributes) {
       one_at_a_time.lock();
@@ -314,14 +294,17 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     // The stock interpreter resolves operators through the dispatcher, which must know the project's own.
     options.kernels.register_with_dispatcher();
   }
-  CheckedModelFile checked_file; // released after the helper has stopped (see load_module)
-  LoadHelper helper(options.keep_large_allocations_in_heap && options.prefault_heap && allocates_from_main_heap()
+  auto impl = std::make_unique<Impl>(path, options);
+  impl->loading_thread = std::this_thread::get_id();
+  impl->load_helper = std::make_unique<LoadHelper>(
+      options.keep_large_allocations_in_heap && options.prefault_heap && allocates_from_main_heap()
           ? heap_prefault_budget(file_size(path))
           : 0);
-  auto impl = std::make_unique<Impl>(path, options);
+  CheckedModelFile checked_file; // handed to the helper to unmap
   impl->module = load_module(path, options.dispatch,
       interpreter_of(options) == Interpreter::Lightweight ? DebugRecords::Skipped : DebugRecords::Read, impl->timings,
       checked_file);
+  impl->load_helper->release(std::move(checked_file));
   impl->writes_attributes = assigns_attributes(impl->module);
   auto start = Clock::now();
   if (options.dispatch == Dispatch::Static) {
@@ -366,7 +349,6 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     }
   }
   impl->timings.prepare_ms = ms_since(start);
-  impl->timings.heap_prefaulted_bytes = helper.finish();
   return Model(std::move(impl));
 }
 
@@ -490,8 +472,10 @@ const LoadOptions& Model::options() const {
   return impl_->options;
 }
 
-const LoadTimings& Model::load_timings() const {
-  return impl_->timings;
+LoadTimings Model::load_timings() const {
+  LoadTimings timings = impl_->timings;
+  timings.heap_prefaulted_bytes = impl_->heap_prefaulted_bytes.load();
+  return timings;
 }
 
 std::vector<c10::IValue> load_inputs(const std::string& path, const Model& model, const std::string& method) {

@@ -117,10 +117,11 @@ struct LoadOptions {
   bool heap_on_huge_pages = true;
   // With keep_large_allocations_in_heap, a load on the process's main thread (whose allocations come from the
   // main heap) has a helper thread fault in the heap's pages above those in use, up to the model file's size and
-  // 32 MB more, until the load returns (Linux 5.14+, glibc: MADV_POPULATE_WRITE, which leaves the pages' contents
-  // alone): the loader's copies of the tensors and the first run's activations then find their pages mapped
-  // (EfficientNet-B0, load + first run: README). Costs resident memory the process had not touched yet, never
-  // more than the heap's 64 MB pad above what malloc handed out.
+  // 32 MB more (Linux 5.14+, glibc: MADV_POPULATE_WRITE, which leaves the pages' contents alone): the loader's
+  // copies of the tensors and the first run's activations then find their pages mapped (EfficientNet-B0, load +
+  // first run: README). It goes on until the first forward (or run_method) returns when that runs on the loading
+  // thread at one intra-op thread, and stops as that run starts otherwise. Costs resident memory the process had
+  // not touched yet, never more than the heap's 64 MB pad above what malloc handed out.
   bool prefault_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
@@ -171,8 +172,8 @@ struct LoadTimings {
   double specialize_ms = 0;  // the bind-time stage finding and re-binding its sites (kernels compile later,
                              // on each site's first call per shape: part of the first run)
   double prepare_ms = 0;     // forward's bytecode checked for the lightweight interpreter
-  // Heap pages a helper thread faulted in ahead of the load and the first run (LoadOptions::
-  // keep_large_allocations_in_heap, a load on the main thread, Linux 5.14 and glibc; otherwise 0).
+  // Heap a helper thread faulted in ahead of the load and the first run (LoadOptions::prefault_heap): final once
+  // the first run by a caller has returned (0 before).
   size_t heap_prefaulted_bytes = 0;
 };
 
@@ -228,7 +229,7 @@ class Model {
 
   const std::string& path() const;
   const LoadOptions& options() const;
-  const LoadTimings& load_timings() const;
+  LoadTimings load_timings() const;
 
  private:
   struct Impl;
