@@ -1,5 +1,6 @@
 #include <bind_time/in_place_elementwise.h>
 
+#include <bind_time/preparation_run.h>
 #include <runtime/op_binding.h>
 
 #include <ATen/ops/empty_strided.h>
@@ -84,12 +85,13 @@ std::vector<size_t> find_in_place_candidates(const torch::jit::mobile::Code& cod
 void InPlaceElementwiseKernel::operator()(torch::jit::Stack& stack) const {
   const size_t first = stack.size() - inputs_;
   const int target = writable_operand(stack, first);
+  const bool counted = in_callers_run(); // not a preparation run's or a model check's calls
   if (target < 0 || !shape_agrees(stack, first, target)) {
-    ++allocating_calls_;
+    allocating_calls_ += counted ? 1 : 0;
     generated_(stack);
     return;
   }
-  ++in_place_calls_;
+  in_place_calls_ += counted ? 1 : 0;
   run_in_place(stack, first, target);
 }
 
@@ -116,6 +118,14 @@ bool InPlaceElementwiseKernel::shape_agrees(const torch::jit::Stack& stack, size
   std::lock_guard<std::mutex> lock(mutex_);
   if (const auto found = agrees_for_.find(key); found != agrees_for_.end()) {
     return found->second;
+  }
+  if (in_comparison_run()) {
+    return false; // a model check's run checks nothing (model_check.h): it allocates, as without the stage
+  }
+  note_stage_decision(); // checked now or in the preparation run
+  if (in_callers_run() && preparation_run_follows() && deferred_.insert(key).second) {
+    note_unprepared_shape(); // checked in the preparation run that follows, not on this caller's call
+    return false;
   }
   // Both kernels on this call's values, the in-place one on a copy with the same strides.
   torch::jit::Stack allocating(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());

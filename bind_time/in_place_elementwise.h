@@ -10,7 +10,9 @@
 // - it has the result's sizes (the other operand broadcasts into it), both are float32 CPU tensors (no type
 //   promotion), and it is dense;
 // - the result the out-of-place kernel gives for these sizes and strides has its strides: checked once per
-//   shape, on that shape's first call, by running both kernels and comparing strides and every bit.
+//   shape by running both kernels and comparing strides and every bit; on a preparation run's call where a
+//   background preparation run follows the caller's (preparation_run.h), else on the shape's first call. Until it
+//   is checked, a call allocates, as the stock kernel does.
 // Products may be written into either operand (`s * x` into x); a sum into its second only with alpha 1.
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,7 @@ class InPlaceElementwiseKernel {
 
   void operator()(torch::jit::Stack& stack) const;
 
+  // Calls of callers' runs (not of preparation or comparison runs), in place and allocating.
   int64_t in_place_calls() const {
     return in_place_calls_;
   }
@@ -68,6 +72,7 @@ class InPlaceElementwiseKernel {
   mutable std::atomic<int64_t> in_place_calls_{0}, allocating_calls_{0};
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, bool> agrees_for_; // per (target, sizes and strides of both)
+  mutable std::set<std::vector<int64_t>> deferred_;          // shapes a caller's call left to the preparation run
 };
 
 // The OP instructions of `code` calling an operator in_place_overload_of knows.
