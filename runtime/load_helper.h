@@ -1,11 +1,11 @@
-// A second thread for a model's load and, at one thread, its first run, where one can start (without it the
-// load goes on, only slower):
+// A second thread for a model's load, where one can start (without it the load goes on, only slower):
 // - LibTorch's loader looks up every operator the bytecode names in the JIT operator registry, and the first
 //   lookup in a process parses the schema of every operator registered with it (~28M instructions, 5-11 ms). The
 //   lookup is the registry's own (under its lock), so the helper makes that first one while the loading thread
 //   checks the file; the loader then finds the registry ready, or waits on its lock for the rest.
 // - Then it faults in the heap's next pages (runtime/heap_prefault.h) ahead of the loader's copies of the
-//   tensors and the first run's activations, until told to finish.
+//   tensors and the first run's activations, until told to finish (as the first run starts: beside a run it
+//   slows the run down).
 // - It unmaps the checked model file when the loader is done with it: unmapping it on the loading thread while
 //   the helper faulted pages in took 5-7 ms, against 0.8 alone.
 #pragma once

@@ -14,7 +14,6 @@
 #include <runtime/op_binding.h>
 #include <runtime/quantized_engine.h>
 
-#include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/mobile/code.h>
@@ -217,10 +216,10 @@ struct Model::Impl {
   std::optional<torch::jit::mobile::Method> forward_method;
   bool writes_attributes = false; // some SET_ATTR in the bytecode: runs take attribute_writes_mutex
   mutable std::mutex attribute_writes_mutex;
-  // The load's helper thread (runtime/load_helper.h), left faulting in the heap until the first caller's run on
-  // the loading thread at one intra-op thread has ended (at more threads it would take a core from the run).
+  // The load's helper thread (runtime/load_helper.h), left faulting in the heap until the first caller's run
+  // starts: faulting in beside a run made the run slower, at one intra-op thread too (ShuffleNetV2 frozen's first
+  // run 44.7 -> 26.6 ms with the helper finished as it starts).
   std::unique_ptr<LoadHelper> load_helper;
-  std::thread::id loading_thread;
   mutable std::once_flag load_helper_finished;
   mutable std::atomic<size_t> heap_prefaulted_bytes{0};
 
@@ -245,15 +244,7 @@ struct Model::Impl {
   // A run of `method` by the caller: through the bind-time stage, when there is one. One at a time for a model
   // that writes its attributes: an object's slots are not safe to assign from several threads at once.
   c10::IValue run_for_caller(const std::string& method, std::vector<c10::IValue> inputs) const {
-    if (std::this_thread::get_id() != loading_thread || at::get_num_threads() > 1) {
-      finish_load_helper();
-    }
-    struct FinishedAfter {
-      const Impl& model;
-      ~FinishedAfter() {
-        model.finish_load_helper();
-      }
-    } load_helper_finished_after{*this};
+    finish_load_helper();
     std::unique_lock<std::mutex> one_at_a_time(attribute_writes_mutex, std::defer_lock);
     if (writes_attributes) {
       one_at_a_time.lock();
@@ -295,7 +286,6 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
     options.kernels.register_with_dispatcher();
   }
   auto impl = std::make_unique<Impl>(path, options);
-  impl->loading_thread = std::this_thread::get_id();
   impl->load_helper = std::make_unique<LoadHelper>(
       options.keep_large_allocations_in_heap && options.prefault_heap && allocates_from_main_heap()
           ? heap_prefault_budget(file_size(path))
