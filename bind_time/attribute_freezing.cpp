@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/mobile/function.h>
 #include <torch/csrc/jit/runtime/instruction.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -42,6 +43,7 @@ struct Item {
   int64_t debug_handle = -1;
   size_t target = 0; // jumps only
   bool removed = false;
+  size_t origin = 0; // the instruction of the code it was read from that it stands for
 };
 
 // The instructions some jump lands on, by index (one past the last included: a jump may land there).
@@ -111,7 +113,7 @@ struct Program {
     program.has_debug_handles = code.debug_handles_.size() == code.instructions_.size();
     program.items.reserve(code.instructions_.size());
     for (size_t pc = 0; pc < code.instructions_.size(); ++pc) {
-      Item item{code.instructions_[pc], program.has_debug_handles ? code.debug_handles_[pc] : -1, 0, false};
+      Item item{code.instructions_[pc], program.has_debug_handles ? code.debug_handles_[pc] : -1, 0, false, pc};
       if (is_jump(item.inst.op)) {
         item.target = static_cast<size_t>(static_cast<int64_t>(pc) + item.inst.X);
       }
@@ -175,6 +177,16 @@ struct Program {
     }
     constants.push_back(value);
     return static_cast<int64_t>(constants.size() - 1);
+  }
+
+  // The same program for `code`, whose bytecode is the one this was read from but for its debug handles.
+  Program for_same_bytecode(const torch::jit::mobile::Code& code) const {
+    Program program = *this;
+    program.has_debug_handles = code.debug_handles_.size() == code.instructions_.size();
+    for (Item& item : program.items) {
+      item.debug_handle = program.has_debug_handles ? code.debug_handles_[item.origin] : -1;
+    }
+    return program;
   }
 
   void write_to(torch::jit::mobile::Code& code) const {
@@ -1182,6 +1194,82 @@ int64_t write_folded_weights(BatchNormFolds& folds, const torch::jit::mobile::Mo
 }
 
 // The function's bytecode rewritten until nothing more changes.
+// Whether two functions' bytecode does the same, the debug handles aside: the same instructions, operators and called
+// functions, their constants the same objects (the same tensor, not an equal one) and their types equal, wherever
+// each function's tables put them (the exporter numbers each function's constants and types on its own).
+bool same_bytecode(const torch::jit::mobile::Code& a, const torch::jit::mobile::Code& b) {
+  if (a.register_size_ != b.register_size_ || a.op_names_ != b.op_names_ ||
+      a.operator_input_sizes_ != b.operator_input_sizes_ || a.functions_ != b.functions_ ||
+      a.instructions_.size() != b.instructions_.size()) {
+    return false;
+  }
+  const auto same_constant = [&](int64_t x, int64_t y) {
+    return x >= 0 && y >= 0 && static_cast<size_t>(x) < a.constants_.size() &&
+           static_cast<size_t>(y) < b.constants_.size() &&
+           a.constants_[x].tagKind() == b.constants_[y].tagKind() && a.constants_[x].isSameIdentity(b.constants_[y]);
+  };
+  const auto same_types = [&](int64_t x, int64_t y, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (x + i < 0 || y + i < 0 || static_cast<size_t>(x + i) >= a.types_.size() ||
+          static_cast<size_t>(y + i) >= b.types_.size() || *a.types_[x + i] != *b.types_[y + i]) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (size_t pc = 0; pc < a.instructions_.size(); ++pc) {
+    const Instruction& x = a.instructions_[pc];
+    const Instruction& y = b.instructions_[pc];
+    if (x.op != y.op || x.N != y.N) {
+      return false;
+    }
+    switch (x.op) {
+      case opcode::LOADC:
+      case opcode::INTERFACE_CALL: // X: the method's name, a constant
+        if (!same_constant(x.X, y.X)) {
+          return false;
+        }
+        break;
+      case opcode::LIST_CONSTRUCT:
+      case opcode::DICT_CONSTRUCT:
+      case opcode::NAMED_TUPLE_CONSTRUCT:
+      case opcode::CREATE_OBJECT:
+        if (!same_types(x.X, y.X, 1)) {
+          return false;
+        }
+        break;
+      case opcode::ISINSTANCE: // types [X, X + N)
+        if (!same_types(x.X, y.X, x.N)) {
+          return false;
+        }
+        break;
+      case opcode::GUARD:
+      case opcode::TYPECHECK:
+      case opcode::FAIL_GUARD:
+      case opcode::PROFILE_OP:
+      case opcode::TAIL_CALL:
+      case opcode::FORK:
+      case opcode::AWAITABLE:
+      case opcode::ENTER:
+      case opcode::EXIT:
+        return false; // not in a mobile model's bytecode; not compared
+      default: // X is a register, a slot, an operator, a function, an offset or a count: the same in both
+        if (x.X != y.X) {
+          return false;
+        }
+    }
+  }
+  return true;
+}
+
+void add_counts(AttributeFreezingReport& total, const AttributeFreezingReport& part) {
+  total.attribute_reads += part.attribute_reads;
+  total.folded_batch_norms += part.folded_batch_norms;
+  total.constant_branches += part.constant_branches;
+  total.computed_calls += part.computed_calls;
+  total.removed_dropouts += part.removed_dropouts;
+}
+
 Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const c10::IValue& self,
     size_t arguments, BatchNormFolds& folds, AttributeFreezingReport& report) {
   Program program = Program::of(code);
@@ -1225,12 +1313,39 @@ AttributeFreezingReport freeze_attributes(torch::jit::mobile::Module& module, co
   size_t instructions_before = 0, instructions_after = 0;
   std::string refused;
   BatchNormFolds folds;
-  for (torch::jit::mobile::Function* function : functions_to_run(module)) {
+  struct FrozenOnce {
+    const torch::jit::mobile::Code* original; // in `rewritten`
+    size_t arguments;
+    Program program;
+    AttributeFreezingReport counts; // what freezing it found, counted again for each function that shares it
+  };
+  std::vector<FrozenOnce> frozen_once;
+  const std::vector<torch::jit::mobile::Function*> functions = functions_to_run(module);
+  rewritten.reserve(functions.size()); // `original` points into it
+  for (torch::jit::mobile::Function* function : functions) {
     auto& code = function->get_code();
     instructions_before += code.instructions_.size();
     if (is_method_of(*function, self)) { // otherwise nothing of its arguments is known
       rewritten.push_back({function, code});
-      frozen(code, schema_of, self, function->getSchema().arguments().size(), folds, report).write_to(code);
+      const size_t arguments = function->getSchema().arguments().size();
+      // A model's methods often inline the same code (torchvision's forward and _forward_impl): the same
+      // bytecode on the same module object freezes to the same program, so it is frozen once.
+      const auto same = std::find_if(frozen_once.begin(), frozen_once.end(), [&](const FrozenOnce& f) {
+        return f.arguments == arguments && same_bytecode(*f.original, code);
+      });
+      ++report.frozen_functions;
+      if (same != frozen_once.end()) {
+        ++report.shared_programs;
+        code.types_ = same->original->types_; // the program numbers its types as the function it was made from
+        same->program.for_same_bytecode(code).write_to(code);
+        add_counts(report, same->counts);
+      } else {
+        AttributeFreezingReport counts;
+        Program program = frozen(code, schema_of, self, arguments, folds, counts);
+        program.write_to(code);
+        add_counts(report, counts);
+        frozen_once.push_back({&rewritten.back().original, arguments, std::move(program), counts});
+      }
       if (std::getenv("LIGHTWEIGHT_DISPATCH_PRINT_FROZEN_BYTECODE") != nullptr) {
         print_bytecode(std::cerr, function->qualname().qualifiedName(), code);
       }

@@ -121,7 +121,12 @@ void print_freezing_text(std::ostream& out, const RunReport& report) {
         << freezing.constant_branches
         << " branch(es) on constants resolved, " << freezing.computed_calls << " call(s) on constants computed, "
         << freezing.removed_dropouts << " inference dropout(s) removed, "
-        << freezing.removed_instructions << " instruction(s) fewer\n";
+        << freezing.removed_instructions << " instruction(s) fewer, in " << freezing.frozen_functions
+        << " method(s)";
+    if (freezing.shared_programs > 0) {
+      out << " (" << freezing.shared_programs << " the same bytecode as one before them, frozen once)";
+    }
+    out << "\n";
   } else if (!freezing.kept_because.empty()) {
     out << "bind-time: attributes read at run time, not frozen: " << freezing.kept_because << "\n";
   }
@@ -351,7 +356,9 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
       << ", \"folded_weights\": " << freezing.folded_weights
       << ", \"folded_in_place\": " << freezing.folded_in_place << ", \"constant_branches\": " << freezing.constant_branches << ", \"computed_calls\": " << freezing.computed_calls
       << ", \"removed_dropouts\": " << freezing.removed_dropouts
-      << ", \"removed_instructions\": " << freezing.removed_instructions << "}, \"call_sites_by_kind\": {";
+      << ", \"removed_instructions\": " << freezing.removed_instructions
+      << ", \"frozen_functions\": " << freezing.frozen_functions
+      << ", \"shared_programs\": " << freezing.shared_programs << "}, \"call_sites_by_kind\": {";
   const char* separator = "";
   for (const auto& [kind, count] : call_sites_by_kind(report.call_sites)) {
     out << separator << json_string(kind) << ": " << count;

@@ -1,7 +1,8 @@
 """The public C++ API (include/lightweight_dispatch/runtime.h) exercised from C++ alone by build/api_check:
 concurrent forward bit for bit, concurrent first calls preparing each bind-time site once, one error listing
 every missing operator, a damaged file as an exception, bad inputs as an exception rather than a crash, and a
-submodule's method (a __setstate__ the loader ran) neither listed nor run as the model's."""
+submodule's method (a __setstate__ the loader ran) neither listed nor run as the model's, and a method given the
+frozen program of another with the same bytecode computing what that one computes."""
 from __future__ import annotations
 
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 
 from predictor_runner import save_lite_model
-from test_attribute_freezing import HoldsAStatefulBlock
+from test_attribute_freezing import ForwardsToAnImplementation, HoldsAStatefulBlock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,17 +32,20 @@ def test_the_api_from_cpp(models_dir: Path, tmp_path: Path) -> None:
     missing = save_lite_model(UsesErf(), tmp_path / "uses_erf.ptl")
     returns_folded = save_lite_model(ReturnsFolded(), tmp_path / "returns_folded.ptl")
     submodule_method = save_lite_model(HoldsAStatefulBlock(), tmp_path / "submodule_method.ptl")
+    torch.manual_seed(3)
+    forwards = save_lite_model(ForwardsToAnImplementation().eval(), tmp_path / "forwards_to_an_implementation.ptl")
     damaged = tmp_path / "truncated.ptl"
     good = models_dir / "ssdlite_head.ptl"
     damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     result = subprocess.run(
         [str(REPO_ROOT / "build" / "api_check"), str(good), str(models_dir / "ssdlite_head.inputs.pt"),
-         str(missing), str(damaged), str(returns_folded), str(submodule_method)],
+         str(missing), str(damaged), str(returns_folded), str(submodule_method), str(forwards)],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "api_check: 24 passed, 0 failed"
+    assert lines[-1] == "api_check: 28 passed, 0 failed"
+    assert "ok   forward and _forward_impl are frozen once: 2 method(s), 1 sharing" in lines
     assert any(line.startswith("ok   running a submodule's method is a RunError: ") for line in lines)
     assert "ok   4 threads x 5 concurrent forward calls are bit-identical to one thread: 0 differed" in lines
     assert "ok   MissingOperatorsError lists every missing operator: 2 listed" in lines

@@ -141,9 +141,31 @@ def test_methods_that_inline_the_same_batch_norms_share_their_folded_weights(
     freezing = run["attribute_freezing"]
     assert freezing["folded_batch_norms"] == 4, freezing  # two in forward, two in _forward_impl
     assert freezing["folded_weights"] == 2, freezing  # made once each
+    # The two methods' bytecode does the same: frozen once, the program given to the second (tests/cpp/api_check.cpp
+    # runs _forward_impl by name).
+    assert (freezing["frozen_functions"], freezing["shared_programs"]) == (2, 1), freezing
     assert run["outputs_match"] is True, run["mismatch"]
     text = run_predictor(predictor, model, "--iters", "1")
     assert "4 batch_norm call(s) folded into their conv2d (2 folded weight(s), 2 written over" in text.stdout, text.stdout
+    assert "in 2 method(s) (1 the same bytecode as one before them, frozen once)" in text.stdout, text.stdout
+
+
+class AddsToItsImplementation(ForwardsToAnImplementation):
+    """forward does more than _forward_impl: two programs, each frozen on its own."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward_impl(x) + 1.0
+
+
+def test_methods_whose_bytecode_differs_are_frozen_apart(predictor: Path, tmp_path: Path) -> None:
+    torch.manual_seed(6)
+    module = AddsToItsImplementation().eval()
+    model = save_with_eagers_outputs(module, torch.randn(1, 8, 7, 7), tmp_path / "adds")
+    run = run_json(predictor, model, "--atol", "1e-5")
+    freezing = run["attribute_freezing"]
+    assert (freezing["frozen_functions"], freezing["shared_programs"]) == (2, 0), freezing
+    assert freezing["folded_batch_norms"] == 4 and freezing["folded_weights"] == 2, freezing
+    assert run["outputs_match"] is True, run["mismatch"]
 
 
 class ReadsAFoldedWeightElsewhere(torch.nn.Module):

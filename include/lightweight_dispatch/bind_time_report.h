@@ -87,6 +87,9 @@ struct AttributeFreezingReport {
   int64_t computed_calls = 0;          // calls on constants only computed at bind time (not self.training)
   int64_t removed_dropouts = 0;        // dropout calls with train false, which return their input, removed
   int64_t removed_instructions = 0;    // instructions fewer in all (dead branches, moves, stores)
+  int64_t frozen_functions = 0;        // the model's methods rewritten
+  int64_t shared_programs = 0;         // of them, those whose bytecode did the same as one frozen before (forward
+                                       // and _forward_impl): given that one's program instead of freezing again
 };
 
 // The model check (the stage's whole-run comparison of its compiled kernels with its sites' generated kernels,

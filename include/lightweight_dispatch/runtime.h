@@ -119,8 +119,8 @@ struct LoadOptions {
   // main heap) has a helper thread fault in the heap's pages above those in use, up to the model file's size and
   // 32 MB more (Linux 5.14+, glibc: MADV_POPULATE_WRITE, which leaves the pages' contents alone): the loader's
   // copies of the tensors and the first run's activations then find their pages mapped (EfficientNet-B0, load +
-  // first run: README). It goes on until the first forward (or run_method) returns when that runs on the loading
-  // thread at one intra-op thread, and stops as that run starts otherwise. Costs resident memory the process had
+  // first run: README). It stops as the first forward (or run_method) starts: going on beside a run slowed the
+  // run. Costs resident memory the process had
   // not touched yet, never more than the heap's 64 MB pad above what malloc handed out.
   bool prefault_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are

@@ -302,10 +302,35 @@ void a_submodules_method_is_not_the_models(const std::string& path) {
   }
 }
 
+// forward and _forward_impl inline the same code: bind-time freezing freezes it once and gives _forward_impl
+// forward's program; run by name, it must compute what forward does, and what the model does without the stage.
+void a_method_sharing_a_frozen_program_runs_it(const std::string& path) {
+  c10::InferenceMode inference_mode;
+  const ld::Model model = ld::Model::load(path);
+  ld::LoadOptions plain_options;
+  plain_options.specialize = false;
+  const ld::Model plain = ld::Model::load(path, plain_options);
+  const ld::AttributeFreezingReport freezing = model.attribute_freezing();
+  check(freezing.applied && freezing.frozen_functions == 2 && freezing.shared_programs == 1,
+        "forward and _forward_impl are frozen once", std::to_string(freezing.frozen_functions) + " method(s), " +
+            std::to_string(freezing.shared_programs) + " sharing");
+  const at::Tensor x = at::randn({2, 8, 9, 9});
+  for (int run = 0; run < 3; ++run) { // the first runs, then the prepared kernels
+    const at::Tensor by_name = model.run_method("_forward_impl", {x.clone()}).toTensor();
+    const at::Tensor forward = model.forward({x.clone()}).toTensor();
+    const at::Tensor reference = plain.run_method("_forward_impl", {x.clone()}).toTensor();
+    const double off_forward = by_name.sub(forward).abs().max().item<double>();
+    const double off_reference = by_name.sub(reference).abs().max().item<double>();
+    check(off_forward <= 1e-5 && off_reference <= 1e-5,
+          "run " + std::to_string(run) + ": _forward_impl by name agrees with forward and with no stage",
+          "largest differences " + std::to_string(off_forward) + ", " + std::to_string(off_reference));
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc != 7) {
+  if (argc != 8) {
     std::cerr << "usage: api_check GOOD.ptl GOOD.inputs.pt MISSING_OPS.ptl CORRUPT.ptl RETURNS_FOLDED.ptl "
-                 "SUBMODULE_METHOD.ptl\n";
+                 "SUBMODULE_METHOD.ptl FORWARDS_TO_AN_IMPLEMENTATION.ptl\n";
     return 2;
   }
   try {
@@ -317,6 +342,7 @@ int main(int argc, char** argv) {
     damaged_file_is_an_exception(argv[4]);
     bad_inputs_are_an_input_error(argv[1], argv[1]);
     a_submodules_method_is_not_the_models(argv[6]);
+    a_method_sharing_a_frozen_program_runs_it(argv[7]);
   } catch (const std::exception& e) {
     check(false, "no unexpected exception", e.what());
   }
