@@ -1193,7 +1193,6 @@ int64_t write_folded_weights(BatchNormFolds& folds, const torch::jit::mobile::Mo
   return in_place;
 }
 
-// The function's bytecode rewritten until nothing more changes.
 // Whether two functions' bytecode does the same, the debug handles aside: the same instructions, operators and called
 // functions, their constants the same objects (the same tensor, not an equal one) and their types equal, wherever
 // each function's tables put them (the exporter numbers each function's constants and types on its own).
@@ -1234,12 +1233,8 @@ bool same_bytecode(const torch::jit::mobile::Code& a, const torch::jit::mobile::
       case opcode::DICT_CONSTRUCT:
       case opcode::NAMED_TUPLE_CONSTRUCT:
       case opcode::CREATE_OBJECT:
-        if (!same_types(x.X, y.X, 1)) {
-          return false;
-        }
-        break;
-      case opcode::ISINSTANCE: // types [X, X + N)
-        if (!same_types(x.X, y.X, x.N)) {
+      case opcode::ISINSTANCE: // types [X, X + N); the others type X
+        if (!same_types(x.X, y.X, x.op == opcode::ISINSTANCE ? x.N : 1)) {
           return false;
         }
         break;
@@ -1270,6 +1265,7 @@ void add_counts(AttributeFreezingReport& total, const AttributeFreezingReport& p
   total.removed_dropouts += part.removed_dropouts;
 }
 
+// The function's bytecode rewritten until nothing more changes.
 Program frozen(const torch::jit::mobile::Code& code, const OperatorSchema& schema_of, const c10::IValue& self,
     size_t arguments, BatchNormFolds& folds, AttributeFreezingReport& report) {
   Program program = Program::of(code);

@@ -120,8 +120,8 @@ struct LoadOptions {
   // 32 MB more (Linux 5.14+, glibc: MADV_POPULATE_WRITE, which leaves the pages' contents alone): the loader's
   // copies of the tensors and the first run's activations then find their pages mapped (EfficientNet-B0, load +
   // first run: README). It stops as the first forward (or run_method) starts: going on beside a run slowed the
-  // run. Costs resident memory the process had
-  // not touched yet, never more than the heap's 64 MB pad above what malloc handed out.
+  // run. Costs resident memory the process had not touched yet, never more than the heap's 64 MB pad above what
+  // malloc handed out.
   bool prefault_heap = true;
   // Dispatch::Static: the bind-time stage. conv2d and linear call sites whose weight and parameters are
   // constants (a frozen model) run a kernel oneDNN Graph compiles for them on their first call per input shape,
