@@ -53,11 +53,11 @@ def test_max_pool_runs_channels_last_and_gives_the_stock_values_and_layout(
     assert pool["op"] == "aten::max_pool2d"
     assert pool["channels_last_calls"] + pool["stock_calls"] > 0
     if layout == "contiguous":
-        # The first run (before the background preparation run) pools as the stock kernels do, on the stock layout
-        # its generated conv sites give; the preparation run and the runs after it channels_last (kept untimed:
-        # conftest's no-race hook).
+        # The first run (before the background preparation run) gets the stock layout from its generated conv
+        # sites, and its pool, untimed, takes a channels_last copy of a 64-channel map (the layout usually
+        # faster); the preparation run and the runs after it channels_last (kept untimed: conftest's no-race hook).
         assert on["background_preparation"]["runs"] == 1
-        assert (pool["stock_calls"], pool["channels_last_calls"]) == (1, 1 + later_runs(on)), pool
+        assert (pool["stock_calls"], pool["channels_last_calls"]) == (0, 2 + later_runs(on)), pool
     assert off["layout_calls"] == []
     a, b = torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt")
     assert a.stride() == b.stride()
@@ -77,6 +77,9 @@ def test_a_pooled_result_is_the_stock_kernels_bit_for_bit(predictor: Path, tmp_p
     x = torch.randn(2, 32, 64, 64)
     x[0, 0, :4, :4] = float("nan")
     x[1, 1, :8, :8] = -0.0
+    # Windows holding both zeros: the kernels must keep the same one of two equal values.
+    zeros = torch.where(torch.rand(2, 32, 32, 32) < 0.5, torch.tensor(0.0), torch.tensor(-0.0))
+    x[:, :, 16:48, 16:48] = zeros
     model = save_frozen(PoolOnly(), [x], tmp_path / "pool.ptl")
     (tmp_path / "pool.expected.pt").unlink()  # NaN never equals itself there: compared below instead
     on = run(predictor, model, tmp_path / "on.pt")
@@ -86,7 +89,8 @@ def test_a_pooled_result_is_the_stock_kernels_bit_for_bit(predictor: Path, tmp_p
     assert torch.equal(a.isnan(), b.isnan())
     assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
     assert torch.equal(torch.signbit(a), torch.signbit(b))
-    assert on["layout_calls"][0]["channels_last_calls"] + on["layout_calls"][0]["stock_calls"] > 0
+    (pool,) = on["layout_calls"]
+    assert (pool["stock_calls"], pool["channels_last_calls"]) == (0, 1 + later_runs(on)), pool  # the first too
 
 
 def test_a_stem_on_its_generated_kernels_still_hands_the_pool_a_channels_last_map(
@@ -109,4 +113,6 @@ def test_a_stem_on_its_generated_kernels_still_hands_the_pool_a_channels_last_ma
     assert stem["specialized_calls"] == 0 and conv["specialized_calls"] == 0
     assert conv["notes"][0].startswith("input [1, 64, 56, 56] strides [200704, 1, 3584, 64] Float:"), conv["notes"]
     (pool,) = report["layout_calls"]
-    assert pool["stock_calls"] == 1  # the first run's, before the preparation run: every site on the stock layout
+    # Every call channels_last (the first run's, the preparation run's and the later ones): the first run's too,
+    # on the stock layout every site gives before the preparation run, pools a channels_last copy of the map.
+    assert (pool["stock_calls"], pool["channels_last_calls"]) == (0, 2 + later_runs(report)), pool
