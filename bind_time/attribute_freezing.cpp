@@ -18,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -85,6 +86,33 @@ std::optional<NumberKey> number_key(const c10::IValue& value) {
   return std::nullopt;
 }
 
+// An object constant's kind, as a small number (a string per lookup, IValue::tagKind, cost more than the rest of
+// the lookup): two constants are the same object when they have the same address and kind.
+int object_kind(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return 1;
+  }
+  if (value.isObject()) {
+    return 2;
+  }
+  if (value.isList()) {
+    return 3;
+  }
+  if (value.isTuple()) {
+    return 4;
+  }
+  if (value.isString()) {
+    return 5;
+  }
+  if (value.isGenericDict()) {
+    return 6;
+  }
+  static std::mutex mutex; // the rarer kinds, numbered as they are met
+  static std::map<std::string, int> others;
+  std::lock_guard<std::mutex> lock(mutex);
+  return others.emplace(value.tagKind(), 7 + static_cast<int>(others.size())).first->second;
+}
+
 // A function's bytecode while it is rewritten.
 struct Program {
   std::vector<Item> items;
@@ -92,7 +120,7 @@ struct Program {
   bool has_debug_handles = false;
   // The constants that are objects, by address and kind, and those that are numbers, bools or None, by value (the
   // first of each), up to `indexed`.
-  std::map<std::pair<const void*, std::string>, int64_t> constants_by_address;
+  std::map<std::pair<const void*, int>, int64_t> constants_by_address;
   std::map<NumberKey, int64_t> constants_by_number;
   size_t indexed = 0;
 
@@ -100,7 +128,7 @@ struct Program {
     for (; indexed < constants.size(); ++indexed) {
       const c10::IValue& c = constants[indexed];
       if (c.isPtrType()) {
-        constants_by_address.emplace(std::make_pair(c.internalToPointer(), c.tagKind()), static_cast<int64_t>(indexed));
+        constants_by_address.emplace(std::make_pair(c.internalToPointer(), object_kind(c)), static_cast<int64_t>(indexed));
       } else if (const std::optional<NumberKey> key = number_key(c)) {
         constants_by_number.emplace(*key, static_cast<int64_t>(indexed));
       }
@@ -158,7 +186,7 @@ struct Program {
   int64_t constant(const c10::IValue& value) {
     if (value.isPtrType()) { // an object: found by its address (a model has thousands of tensors)
       index_constants();
-      const auto found = constants_by_address.find({value.internalToPointer(), value.tagKind()});
+      const auto found = constants_by_address.find({value.internalToPointer(), object_kind(value)});
       if (found != constants_by_address.end()) {
         return found->second;
       }
@@ -317,12 +345,12 @@ class KnownValues {
       stack_.pop();
     }
     for (int64_t r : written_registers_) {
-      const auto single = single_store_value_.find(static_cast<size_t>(r));
-      if (single == single_store_value_.end()) {
+      const int single = single_store_value(r);
+      if (single == kNoSingleStoreValue) {
         other_use(stack_.reg(r));
         stack_.reg(r) = kUnknown;
       } else {
-        stack_.reg(r) = single->second;
+        stack_.reg(r) = single;
       }
     }
     written_registers_.clear();
@@ -336,32 +364,42 @@ class KnownValues {
 
   // Registers stored to by exactly one instruction: what that store put there is what any later read sees.
   void find_single_stores() {
-    std::map<size_t, int> stores;
+    std::vector<int> stores; // per register (registers are numbered densely, from 0)
+    const auto count_store = [&](int64_t reg) {
+      const size_t r = static_cast<size_t>(reg);
+      if (r >= stores.size()) {
+        stores.resize(r + 1, 0);
+      }
+      ++stores[r];
+    };
     for (const Item& item : program_.items) {
       if (item.removed) {
         continue;
       }
       if (item.inst.op == opcode::STORE) {
-        ++stores[static_cast<size_t>(item.inst.X)];
+        count_store(item.inst.X);
       } else if (item.inst.op == opcode::STOREN) {
         for (int64_t i = 0; i < item.inst.N; ++i) {
-          ++stores[static_cast<size_t>(item.inst.X + i)];
+          count_store(item.inst.X + i);
         }
       }
     }
-    single_store_.clear();
-    for (const auto& [reg, count] : stores) {
-      if (count == 1) {
-        single_store_.insert(reg);
-      }
+    single_store_.assign(stores.size(), false);
+    for (size_t r = 0; r < stores.size(); ++r) {
+      single_store_[r] = stores[r] == 1;
     }
-    single_store_value_.clear();
+    single_store_value_.assign(stores.size(), kNoSingleStoreValue);
   }
   void note_store(int64_t reg, int id) {
     const size_t r = static_cast<size_t>(reg);
-    if (single_store_.count(r) != 0 && object_of(id)) {
+    if (r < single_store_.size() && single_store_[r] && object_of(id)) {
       single_store_value_[r] = id;
     }
+  }
+  // What the single store to `reg` put there, if it has been met and was known; else kNoSingleStoreValue.
+  int single_store_value(int64_t reg) const {
+    const size_t r = static_cast<size_t>(reg);
+    return r < single_store_value_.size() ? single_store_value_[r] : kNoSingleStoreValue;
   }
 
   bool is_kept_loadc(size_t index) const {
@@ -706,8 +744,9 @@ class KnownValues {
   SymbolicStack stack_;
   std::vector<Value> values_;
   JumpTargets targets_{0};
-  std::set<size_t> single_store_;
-  std::map<size_t, int> single_store_value_;
+  static constexpr int kNoSingleStoreValue = -2;
+  std::vector<bool> single_store_;     // per register: stored to by exactly one instruction
+  std::vector<int> single_store_value_; // per register: what that store put there, once met and known
   std::vector<int64_t> written_registers_; // since the last forget(), perhaps more than once each
   std::map<size_t, BuiltList> lists_;
 };
@@ -715,34 +754,52 @@ class KnownValues {
 // Per register, the instructions storing to it (a STOREN as SIZE_MAX: it stores several at once) and reading it
 // (LOAD, MOVE).
 struct RegisterUses {
-  std::map<int64_t, std::vector<size_t>> stores, reads;
+  std::vector<std::vector<size_t>> stores, reads; // indexed by register
 
+  const std::vector<size_t>& stores_of(int64_t r) const {
+    return of(stores, r);
+  }
+  const std::vector<size_t>& reads_of(int64_t r) const {
+    return of(reads, r);
+  }
   // The one instruction that stores to `r` (a STORE), or nullopt.
   std::optional<size_t> only_store(int64_t r) const {
-    const auto found = stores.find(r);
-    if (found == stores.end() || found->second.size() != 1 || found->second[0] == SIZE_MAX) {
+    const std::vector<size_t>& found = stores_of(r);
+    if (found.size() != 1 || found[0] == SIZE_MAX) {
       return std::nullopt;
     }
-    return found->second[0];
+    return found[0];
   }
   bool only_read(int64_t r) const {
-    const auto found = reads.find(r);
-    return found != reads.end() && found->second.size() == 1;
+    return reads_of(r).size() == 1;
+  }
+
+ private:
+  static const std::vector<size_t>& of(const std::vector<std::vector<size_t>>& uses, int64_t r) {
+    static const std::vector<size_t> none;
+    return r >= 0 && static_cast<size_t>(r) < uses.size() ? uses[static_cast<size_t>(r)] : none;
   }
 };
 
 RegisterUses register_uses(const Program& program) {
   RegisterUses uses;
+  const auto add = [](std::vector<std::vector<size_t>>& uses_of, int64_t r, size_t pc) {
+    const size_t index = static_cast<size_t>(r);
+    if (index >= uses_of.size()) {
+      uses_of.resize(index + 1);
+    }
+    uses_of[index].push_back(pc);
+  };
   for (size_t pc = 0; pc < program.items.size(); ++pc) {
     const Instruction& inst = program.items[pc].inst;
     if (inst.op == opcode::STORE) {
-      uses.stores[inst.X].push_back(pc);
+      add(uses.stores, inst.X, pc);
     } else if (inst.op == opcode::STOREN) {
       for (int64_t r = inst.X; r < inst.X + inst.N; ++r) {
-        uses.stores[r].push_back(SIZE_MAX);
+        add(uses.stores, r, SIZE_MAX);
       }
     } else if (inst.op == opcode::LOAD || inst.op == opcode::MOVE) {
-      uses.reads[inst.X].push_back(pc);
+      add(uses.reads, inst.X, pc);
     }
   }
   return uses;
@@ -791,7 +848,7 @@ bool remove_dead_code(Program& program) {
 // between the conv and the add that could be fused into it).
 bool remove_dead_stores(Program& program) {
   const RegisterUses uses = register_uses(program);
-  const auto read = [&](int64_t r) { return uses.reads.count(r) != 0; };
+  const auto read = [&](int64_t r) { return !uses.reads_of(r).empty(); };
   const JumpTargets targets = program.jump_targets();
   bool changed = false;
   for (size_t pc = 0; pc < program.items.size(); ++pc) {
@@ -949,9 +1006,7 @@ bool fold_batch_norms(
   // The conv2d whose result the batch_norm at `bn` normalises, and nothing else reads but for its sizes:
   // pushed right before the batch norm's constants, or stored once in a register that the batch norm's input
   // is read from, and that is otherwise read only for DIM (a batch norm's input check).
-  RegisterUses uses = register_uses(program);
-  auto& stores_of = uses.stores;
-  auto& reads_of = uses.reads;
+  const RegisterUses uses = register_uses(program);
   auto conv_feeding = [&](size_t bn) -> std::optional<size_t> {
     const size_t input = bn - 9;
     if (op_at(input) == "aten::conv2d" && targets.count(input + 1) == 0) {
@@ -961,12 +1016,12 @@ bool fold_batch_norms(
     if (read.op != opcode::LOAD && read.op != opcode::MOVE) {
       return std::nullopt;
     }
-    const auto stored = stores_of.find(read.X);
-    if (stored == stores_of.end() || stored->second.size() != 1) {
+    const std::vector<size_t>& stored = uses.stores_of(read.X);
+    if (stored.size() != 1) {
       return std::nullopt; // never stored here (an argument), or stored more than once
     }
-    const std::optional<size_t> store = stored->second[0];
-    for (size_t pc : reads_of[read.X]) {
+    const std::optional<size_t> store = stored[0];
+    for (size_t pc : uses.reads_of(read.X)) {
       const bool size_only = pc + 1 < program.items.size() && program.items[pc + 1].inst.op == opcode::DIM &&
                              targets.count(pc + 1) == 0;
       if (pc != input && !size_only) {
