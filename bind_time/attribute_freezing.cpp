@@ -18,7 +18,6 @@
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -86,41 +85,14 @@ std::optional<NumberKey> number_key(const c10::IValue& value) {
   return std::nullopt;
 }
 
-// An object constant's kind, as a small number (a string per lookup, IValue::tagKind, cost more than the rest of
-// the lookup): two constants are the same object when they have the same address and kind.
-int object_kind(const c10::IValue& value) {
-  if (value.isTensor()) {
-    return 1;
-  }
-  if (value.isObject()) {
-    return 2;
-  }
-  if (value.isList()) {
-    return 3;
-  }
-  if (value.isTuple()) {
-    return 4;
-  }
-  if (value.isString()) {
-    return 5;
-  }
-  if (value.isGenericDict()) {
-    return 6;
-  }
-  static std::mutex mutex; // the rarer kinds, numbered as they are met
-  static std::map<std::string, int> others;
-  std::lock_guard<std::mutex> lock(mutex);
-  return others.emplace(value.tagKind(), 7 + static_cast<int>(others.size())).first->second;
-}
-
 // A function's bytecode while it is rewritten.
 struct Program {
   std::vector<Item> items;
   std::vector<c10::IValue> constants;
   bool has_debug_handles = false;
-  // The constants that are objects, by address and kind, and those that are numbers, bools or None, by value (the
-  // first of each), up to `indexed`.
-  std::map<std::pair<const void*, int>, int64_t> constants_by_address;
+  // The constants that are objects, by address, and those that are numbers, bools or None, by value (the first of
+  // each), up to `indexed`. The constants hold their objects alive, so an address names one object, of one kind.
+  std::map<const void*, int64_t> constants_by_address;
   std::map<NumberKey, int64_t> constants_by_number;
   size_t indexed = 0;
 
@@ -128,7 +100,7 @@ struct Program {
     for (; indexed < constants.size(); ++indexed) {
       const c10::IValue& c = constants[indexed];
       if (c.isPtrType()) {
-        constants_by_address.emplace(std::make_pair(c.internalToPointer(), object_kind(c)), static_cast<int64_t>(indexed));
+        constants_by_address.emplace(c.internalToPointer(), static_cast<int64_t>(indexed));
       } else if (const std::optional<NumberKey> key = number_key(c)) {
         constants_by_number.emplace(*key, static_cast<int64_t>(indexed));
       }
@@ -186,7 +158,7 @@ struct Program {
   int64_t constant(const c10::IValue& value) {
     if (value.isPtrType()) { // an object: found by its address (a model has thousands of tensors)
       index_constants();
-      const auto found = constants_by_address.find({value.internalToPointer(), object_kind(value)});
+      const auto found = constants_by_address.find(value.internalToPointer());
       if (found != constants_by_address.end()) {
         return found->second;
       }
@@ -384,15 +356,12 @@ class KnownValues {
         }
       }
     }
-    single_store_.assign(stores.size(), false);
-    for (size_t r = 0; r < stores.size(); ++r) {
-      single_store_[r] = stores[r] == 1;
-    }
-    single_store_value_.assign(stores.size(), kNoSingleStoreValue);
+    store_counts_ = std::move(stores);
+    single_store_value_.assign(store_counts_.size(), kNoSingleStoreValue);
   }
   void note_store(int64_t reg, int id) {
     const size_t r = static_cast<size_t>(reg);
-    if (r < single_store_.size() && single_store_[r] && object_of(id)) {
+    if (r < store_counts_.size() && store_counts_[r] == 1 && object_of(id)) {
       single_store_value_[r] = id;
     }
   }
@@ -745,7 +714,7 @@ class KnownValues {
   std::vector<Value> values_;
   JumpTargets targets_{0};
   static constexpr int kNoSingleStoreValue = -2;
-  std::vector<bool> single_store_;     // per register: stored to by exactly one instruction
+  std::vector<int> store_counts_;       // per register: the instructions that store to it
   std::vector<int> single_store_value_; // per register: what that store put there, once met and known
   std::vector<int64_t> written_registers_; // since the last forget(), perhaps more than once each
   std::map<size_t, BuiltList> lists_;
