@@ -7,6 +7,7 @@
 #include <bind_time/result_check.h>
 #include <bind_time/test_hooks.h>
 #include <runtime/op_binding.h>
+#include <runtime/quantized_engine.h>
 #include <runtime/tensor_tree.h>
 
 #include <ATen/Parallel.h>
@@ -834,7 +835,12 @@ void fold_calls(torch::jit::mobile::Code& code, const std::string& function, con
 } // namespace
 
 std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
-    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call) {
+    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call,
+    bool choose_quantized_engines) {
+  const std::string loaded_engine = current_quantized_engine();
+  // Per packed-weights object, its packings for the other engines (forward and _forward_impl call the same convs),
+  // or why there are none.
+  std::map<const void*, std::pair<std::vector<EnginePacking>, std::string>> repacked;
   auto result = std::make_shared<Specialization>();
   const auto verdicts = std::make_shared<RaceVerdicts>();
   const ReturnCount returns_of = return_counts_from(schema_of);
@@ -943,8 +949,55 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       taken.insert(pc);
       result->in_place_.push_back({InPlaceCallSite{function_name, pc, op, 0, 0}, std::move(kernel)});
     }
+    for (const QuantizedWeightCall& call : choose_quantized_engines ? find_quantized_weight_calls(code)
+                                                                    : std::vector<QuantizedWeightCall>{}) {
+      if (taken.count(call.instruction) != 0) {
+        continue;
+      }
+      Specialization::QuantizedEngine entry;
+      entry.report = {function_name, call.instruction, call.op, {loaded_engine}, {}, {}};
+      auto found = repacked.find(call.packed.internalToPointer());
+      if (found == repacked.end()) {
+        std::string why_none;
+        std::vector<EnginePacking> packings = pack_for_other_engines(call, why_none);
+        found = repacked.emplace(call.packed.internalToPointer(), std::make_pair(std::move(packings), why_none)).first;
+      }
+      std::vector<EnginePacking> others = found->second.first;
+      if (others.empty()) {
+        entry.report.notes.push_back(found->second.second); // reported, left bound to its generated kernel
+        result->quantized_.push_back(std::move(entry));
+        continue;
+      }
+      entry.kernel = std::make_shared<QuantizedEngineKernel>(
+          code.operators_[code.instructions_[call.instruction].X], call.packed, loaded_engine, std::move(others));
+      rebind_instruction(
+          code, call.instruction, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+      taken.insert(call.instruction);
+      result->quantized_.push_back(std::move(entry));
+    }
   }
   return result;
+}
+
+std::vector<QuantizedEngineCallSite> Specialization::quantized_engine_calls() const {
+  std::vector<QuantizedEngineCallSite> reports;
+  for (const QuantizedEngine& call : quantized_) {
+    QuantizedEngineCallSite report = call.report;
+    if (call.kernel) {
+      report.engines = call.kernel->engines();
+      report.calls = call.kernel->calls_per_engine();
+      const std::vector<std::string> notes = call.kernel->notes();
+      report.notes.insert(report.notes.end(), notes.begin(), notes.end());
+    }
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+bool Specialization::chooses_engine(const std::string& function, size_t instruction) const {
+  return std::any_of(quantized_.begin(), quantized_.end(), [&](const QuantizedEngine& call) {
+    return call.kernel && call.report.function == function && call.report.instruction == instruction;
+  });
 }
 
 std::vector<InPlaceCallSite> Specialization::in_place_calls() const {

@@ -18,11 +18,13 @@
 #include <bind_time/folded_values.h>
 #include <bind_time/in_place_elementwise.h>
 #include <bind_time/pooling_layout.h>
+#include <bind_time/quantized_engines.h>
 #include <bind_time/weight_sites.h>
 #include <lightweight_dispatch/bind_time_report.h>
 
 #include <torch/csrc/jit/mobile/module.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +52,10 @@ class Specialization {
     InPlaceCallSite report;
     std::shared_ptr<InPlaceElementwiseKernel> kernel;
   };
+  struct QuantizedEngine {
+    QuantizedEngineCallSite report;
+    std::shared_ptr<QuantizedEngineKernel> kernel;
+  };
 
   // Every re-bound site, with its counters now.
   std::vector<SpecializedCallSite> sites() const;
@@ -64,17 +70,22 @@ class Specialization {
   // Every product or sum written in place (in_place_elementwise.h), with its counters now; whether `instruction` is one.
   std::vector<InPlaceCallSite> in_place_calls() const;
   bool writes_in_place(const std::string& function, size_t instruction) const;
+  // Every quantized call choosing its engine (quantized_engines.h), with its counters now; whether `instruction` is one.
+  std::vector<QuantizedEngineCallSite> quantized_engine_calls() const;
+  bool chooses_engine(const std::string& function, size_t instruction) const;
   // `output` of a run on this thread with every tensor that shares memory with a result the folded calls handed
   // to the run cloned (its caller may write to it); `output` itself when nothing is folded.
   c10::IValue protect_folded(c10::IValue output) const;
   // Forgets what folded calls handed to this thread before (a run that failed): call before a run.
   void forget_handed_out() const;
+  // Whether some call site prepares a kernel per input shape that a preparation run and the model check see to:
+  // a compiled partition, or a quantized call's choice of engine.
   bool has_sites() const {
-    return !sites_.empty();
+    return !sites_.empty() || chooses_engines();
   }
   // Whether no call site was re-bound: no site, folded call or layout kernel.
   bool rebinds_nothing() const {
-    return sites_.empty() && folded_.empty() && layouts_.empty() && in_place_.empty();
+    return sites_.empty() && folded_.empty() && layouts_.empty() && in_place_.empty() && !chooses_engines();
   }
   // Some channels_last result may reach what the model returns: Model restores the stock layout.
   bool may_return_channels_last() const {
@@ -83,11 +94,16 @@ class Specialization {
 
  private:
   friend std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
-      const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call);
+      const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call,
+      bool choose_quantized_engines);
   std::vector<Site> sites_;
   std::vector<Folded> folded_;
   std::vector<Layout> layouts_;
   std::vector<InPlace> in_place_;
+  std::vector<QuantizedEngine> quantized_; // with a null kernel where no other engine packs the weights
+  bool chooses_engines() const {
+    return std::any_of(quantized_.begin(), quantized_.end(), [](const QuantizedEngine& q) { return q.kernel != nullptr; });
+  }
   bool returns_channels_last_ = false;
 };
 
@@ -95,9 +111,11 @@ class Specialization {
 // (bind_static must have run); `schema_of` gives each operator's schema, for tracing where values go. With
 // `prepare_on_first_call` a site's call meeting a new shape prepares it; without, only a preparation run does
 // (background_preparation.h). `kernel_of` finds the generated kernels of the in-place overloads the stage calls.
-// The re-bound operators hold their own state: the result only reports on them.
+// `choose_quantized_engines`: quantized convs and linears with constant weights choose their engine
+// (quantized_engines.h). The re-bound operators hold their own state: the result only reports on them.
 std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
-    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call);
+    const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call,
+    bool choose_quantized_engines);
 
 // Whether a run on `inputs` needs restore_stock_layout: none of them is a channels_last 4-d tensor (from
 // which the stock kernels, too, would return channels_last results).

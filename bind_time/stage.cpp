@@ -12,7 +12,8 @@
 namespace lightweight_dispatch {
 
 std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
-    const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, MethodRun run) {
+    const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, bool choose_quantized_engines,
+    MethodRun run) {
   std::unique_ptr<Stage> stage(new Stage());
   stage->run_ = std::move(run);
   stage->freezing_ = freeze_attributes(module, schema_of); // first: the other rewrites then see constants
@@ -22,7 +23,7 @@ std::unique_ptr<Stage> Stage::offer(torch::jit::mobile::Module& module, const Op
     stage->first_call_because_ = second_run_would_show;
     background = stage->first_call_because_.empty();
   }
-  stage->specialization_ = specialize_call_sites(module, schema_of, kernel_of, !background);
+  stage->specialization_ = specialize_call_sites(module, schema_of, kernel_of, !background, choose_quantized_engines);
   if (!stage->specialization_->has_sites()) {
     stage->first_call_because_.clear(); // nothing to prepare either way
   }
@@ -124,6 +125,9 @@ std::optional<std::string> Stage::runs(
   if (specialization_->writes_in_place(function, instruction)) {
     return bound_path + "+in_place";
   }
+  if (specialization_->chooses_engine(function, instruction)) {
+    return bound_path + "+engine_choice";
+  }
   return std::nullopt;
 }
 
@@ -137,6 +141,10 @@ std::vector<LayoutCallSite> Stage::layout_calls() const {
 
 std::vector<InPlaceCallSite> Stage::in_place_calls() const {
   return specialization_->in_place_calls();
+}
+
+std::vector<QuantizedEngineCallSite> Stage::quantized_engine_calls() const {
+  return specialization_->quantized_engine_calls();
 }
 
 std::vector<FoldedCallSite> Stage::folded_calls() const {

@@ -40,9 +40,11 @@ class Stage {
   // each operator's schema, `kernel_of` the build's generated kernels by operator (read during the call only),
   // `run` runs a method as the runtime does (used for background preparation runs, which may outlive no caller:
   // the Stage must be destroyed before what `run` uses). `model_check`: whether the model check runs
-  // (model_check.h).
+  // (model_check.h). `choose_quantized_engines`: quantized convs and linears run on the engine fastest for them
+  // (quantized_engines.h; results may move by a quantization step).
   static std::unique_ptr<Stage> offer(torch::jit::mobile::Module& module, const OperatorSchema& schema_of,
-      const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, MethodRun run);
+      const GeneratedKernelOf& kernel_of, Preparation preparation, bool model_check, bool choose_quantized_engines,
+      MethodRun run);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
@@ -59,6 +61,7 @@ class Stage {
   std::vector<FoldedCallSite> folded_calls() const;
   std::vector<LayoutCallSite> layout_calls() const;
   std::vector<InPlaceCallSite> in_place_calls() const;
+  std::vector<QuantizedEngineCallSite> quantized_engine_calls() const;
   // Returns once no background preparation run is running.
   void wait_for_kernels() const;
   BackgroundPreparationStatus background_preparation() const;

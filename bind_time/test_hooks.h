@@ -37,7 +37,9 @@ inline bool test_asks_generated_kernels_to_win() {
 }
 
 // LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1: every partition is compiled with its first site's weight doubled,
-// a kernel the checks must catch (tests/test_stage_correctness.py); it changes no generated kernel.
+// and a quantized call's weights are packed for the other engines with a bias of 3 b + 1 (quantized_engines.h),
+// kernels the checks must catch (tests/test_stage_correctness.py, tests/test_quantized_engine_choice.py); it
+// changes no generated kernel.
 inline bool test_asks_for_wrong_weights() {
   static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS");
   return asked;

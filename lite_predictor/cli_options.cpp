@@ -55,7 +55,12 @@ options:
                      before the model loads, since a quantized model's packed weights are rebuilt at
                      load with it. Default: LibTorch's default, x86 on x86-64 (what eager PyTorch and
                      dump_ops.py's reference outputs use); qnnpack is what ARM phones run. Engines
-                     round differently: compare outputs made with the same engine
+                     round differently: compare outputs made with the same engine.
+                     auto: load under the default engine, and let the bind-time stage run each
+                     quantized conv and linear with constant weights on the engine fastest for
+                     it, among those whose results stay within one quantization step of the
+                     default engine's at that call (outputs may then differ from the stock
+                     interpreter's by a few steps; the report lists each call's engine)
   --dispatch MODE    static: generated kernels; dynamic: the stock interpreter and the dispatcher
   --interpreter I    the loop that runs the bytecode: lightweight (lite_predictor's own, checks the
                      bytecode once at load; its errors name the function and instruction, so the load
@@ -152,6 +157,10 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
       options.threads = parse_int(arg, value(), 1);
     } else if (arg == "--qengine") {
       options.qengine = value();
+      options.choose_quantized_engines = *options.qengine == "auto";
+      if (options.choose_quantized_engines) {
+        options.qengine.reset(); // loaded under the default engine
+      }
     } else if (arg == "--dispatch") {
       const std::string& mode = value();
       if (mode == "static") {
@@ -219,6 +228,10 @@ Options parse_options(const std::vector<std::string>& args, bool static_dispatch
                            : "expected one model file, got " + std::to_string(positional.size()));
   }
   options.model_path = positional[0];
+  if (options.choose_quantized_engines && (!options.specialize || options.dispatch != DispatchMode::Static)) {
+    throw UsageError("--qengine auto: the bind-time stage chooses the engines, and it runs only with --dispatch "
+                     "static and without --no-specialize");
+  }
   return options;
 }
 

@@ -26,6 +26,7 @@ struct Options {
   int warmup = 1;
   int threads = 0; // 0: leave LibTorch's default
   std::optional<std::string> qengine; // unset: LibTorch's default quantized engine
+  bool choose_quantized_engines = false; // --qengine auto: the stage picks an engine per quantized call
   DispatchMode dispatch = DispatchMode::Static;
   // Default: Lightweight with static dispatch, Stock with dynamic (the unmodified stock runtime).
   InterpreterKind interpreter = InterpreterKind::Lightweight;

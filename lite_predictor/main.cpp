@@ -77,6 +77,7 @@ ld::Model load_model(const ld::Options& options) {
   load_options.specialize = options.specialize;
   load_options.preparation = options.prepare_on_first_call ? ld::Preparation::FirstCall : ld::Preparation::Background;
   load_options.model_check = options.model_check;
+  load_options.choose_quantized_engines = options.choose_quantized_engines;
   try {
     return ld::Model::load(options.model_path, load_options);
   } catch (const ld::OptionError& e) {
@@ -355,6 +356,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.model_check = module.model_check();
   report.layout_calls = module.layout_calls(); // after the runs: their counters
   report.in_place_calls = module.in_place_calls();
+  report.quantized_engine_calls = module.quantized_engine_calls();
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {
     code = kRunFailed;

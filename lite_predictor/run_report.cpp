@@ -212,6 +212,44 @@ void print_in_place_text(std::ostream& out, const RunReport& report) {
   }
 }
 
+// The quantized calls choosing their engine (--qengine auto): how many, and the calls each engine served.
+void print_quantized_engines_text(std::ostream& out, const RunReport& report) {
+  if (report.quantized_engine_calls.empty()) {
+    return;
+  }
+  std::map<std::string, int64_t> calls_by_engine;
+  std::map<std::string, int> sites_by_engine; // call sites whose calls an engine served most
+  std::vector<std::string> notes;
+  size_t choosing = 0;
+  for (const QuantizedEngineCallSite& call : report.quantized_engine_calls) {
+    choosing += call.engines.size() > 1 ? 1 : 0;
+    size_t most = 0;
+    for (size_t i = 0; i < call.engines.size() && i < call.calls.size(); ++i) {
+      calls_by_engine[call.engines[i]] += call.calls[i];
+      most = call.calls[i] > call.calls[most] ? i : most;
+    }
+    if (!call.calls.empty()) {
+      ++sites_by_engine[call.engines[most]];
+    }
+    for (const std::string& note : call.notes) {
+      notes.push_back(short_op_name(call.op) + " at " + call.function + ", instruction " +
+                      std::to_string(call.instruction) + ": " + note);
+    }
+  }
+  out << "bind-time: " << choosing << " of " << report.quantized_engine_calls.size()
+      << " quantized conv/linear call site(s) choose their engine per input shape (--qengine auto; within one "
+         "quantization step of the loaded engine's result at each call):";
+  const char* separator = " ";
+  for (const auto& [engine, calls] : calls_by_engine) {
+    out << separator << engine << " " << calls << " call(s) at " << sites_by_engine[engine] << " site(s)";
+    separator = ", ";
+  }
+  out << "\n";
+  for (const std::string& note : notes) {
+    out << "  note: " << note << "\n";
+  }
+}
+
 // Whether thread arenas were advised for transparent huge pages, and how much of the process sits on them.
 void print_huge_pages_text(std::ostream& out, const RunReport& report) {
   const HugePages& pages = report.huge_pages;
@@ -264,6 +302,7 @@ void print_specialization_text(std::ostream& out, const RunReport& report) {
   print_folded_text(out, report);
   print_layout_text(out, report);
   print_in_place_text(out, report);
+  print_quantized_engines_text(out, report);
   if (report.specialized_sites.empty()) {
     out << "bind-time: no call site to specialise (conv2d or linear with constant weights)\n";
     return;
@@ -383,6 +422,17 @@ void print_specialization_json(std::ostream& out, const RunReport& report) {
     out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": "
         << call.instruction << ", \"op\": " << json_string(call.op) << ", \"in_place_calls\": "
         << call.in_place_calls << ", \"allocating_calls\": " << call.allocating_calls << "}";
+  }
+  out << "], \"quantized_engine_calls\": [";
+  for (size_t i = 0; i < report.quantized_engine_calls.size(); ++i) {
+    const QuantizedEngineCallSite& call = report.quantized_engine_calls[i];
+    out << (i ? ", " : "") << "{\"function\": " << json_string(call.function) << ", \"instruction\": "
+        << call.instruction << ", \"op\": " << json_string(call.op) << ", \"engines\": "
+        << json_string_list(call.engines) << ", \"calls\": [";
+    for (size_t e = 0; e < call.calls.size(); ++e) {
+      out << (e ? ", " : "") << call.calls[e];
+    }
+    out << "], \"notes\": " << json_string_list(call.notes) << "}";
   }
   out << "], \"folded_calls\": [";
   for (size_t i = 0; i < report.folded_calls.size(); ++i) {

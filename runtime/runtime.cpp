@@ -320,6 +320,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
         return kernel != nullptr && kernel->dispatcher_reason == nullptr ? kernel->unboxed : nullptr;
       };
       impl->stage = Stage::offer(impl->module, schema_of, kernel_of, options.preparation, options.model_check,
+          options.choose_quantized_engines,
           [model = impl.get()](const std::string& method, std::vector<c10::IValue> inputs) {
             return model->run(method, std::move(inputs));
           });
@@ -435,6 +436,10 @@ void Model::wait_for_kernels() const {
 
 std::vector<LayoutCallSite> Model::layout_calls() const {
   return impl_->stage ? impl_->stage->layout_calls() : std::vector<LayoutCallSite>{};
+}
+
+std::vector<QuantizedEngineCallSite> Model::quantized_engine_calls() const {
+  return impl_->stage ? impl_->stage->quantized_engine_calls() : std::vector<QuantizedEngineCallSite>{};
 }
 
 std::vector<InPlaceCallSite> Model::in_place_calls() const {

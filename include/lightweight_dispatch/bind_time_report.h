@@ -72,6 +72,18 @@ struct InPlaceCallSite {
   int64_t allocating_calls = 0;  // calls run as the stock kernels would (an operand held elsewhere, another dtype)
 };
 
+// A quantized conv or linear call the bind-time stage runs on the engine fastest for it (opt-in:
+// LoadOptions::choose_quantized_engines): its weights packed under each engine, one chosen per input shape among
+// those whose results stay within one quantization step of the loaded packing's.
+struct QuantizedEngineCallSite {
+  std::string function;
+  size_t instruction = 0;
+  std::string op;                     // "quantized::conv2d_relu.new"
+  std::vector<std::string> engines;   // the loaded engine first, then the others its weights were packed for
+  std::vector<int64_t> calls;         // per engine: the caller's calls it served
+  std::vector<std::string> notes;     // why an engine was left out for a shape, or why none was offered
+};
+
 // Bind-time freezing (the stage's first step): a model saved without torch.jit.freeze reads its weights as module
 // attributes; where no method can change them, the stage reads them as constants, as freezing would have.
 struct AttributeFreezingReport {

@@ -140,6 +140,12 @@ struct LoadOptions {
   // of inputs), and later runs keep the compiled kernels only if whole runs with them were faster. Off: the
   // races' choices stand, and no call runs the model more than once.
   bool model_check = true;
+  // With specialize: each quantized conv and linear whose packed weights are a constant (a frozen model, or one
+  // the stage freezes) also gets them packed for LibTorch's other quantized engines, and runs, per input shape,
+  // the fastest packing among those whose results stay within one quantization step of the loaded one's
+  // (lite_predictor --qengine auto). Off by default: the engines round differently, so an answer may move by a
+  // step at each such call; quantized_engine still chooses the engine the model loads under.
+  bool choose_quantized_engines = false;
 };
 
 // --- what a model's operators are bound to
@@ -214,6 +220,8 @@ class Model {
   std::vector<LayoutCallSite> layout_calls() const;
   // The products and sums it writes into an operand nothing else holds, with their counters now.
   std::vector<InPlaceCallSite> in_place_calls() const;
+  // The quantized calls choosing their engine (LoadOptions::choose_quantized_engines), with their counters now.
+  std::vector<QuantizedEngineCallSite> quantized_engine_calls() const;
   // Preparation::Background: returns once no preparation run is running (at once otherwise). After the first
   // call returns and this, every site that call reached has its kernel for that call's shapes (or keeps its
   // generated kernels, with a note).
