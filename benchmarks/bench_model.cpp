@@ -17,7 +17,11 @@ Mode parse_mode(const std::string& text) {
   if (text == "dynamic") {
     return Mode::Dynamic;
   }
-  throw std::runtime_error("unknown mode '" + text + "' (expected static, static_plain, static_stock or dynamic)");
+  if (text == "static_auto") {
+    return Mode::StaticAutoEngines;
+  }
+  throw std::runtime_error(
+      "unknown mode '" + text + "' (expected static, static_plain, static_stock, dynamic or static_auto)");
 }
 
 const char* mode_name(Mode mode) {
@@ -30,6 +34,8 @@ const char* mode_name(Mode mode) {
       return "static_stock";
     case Mode::Dynamic:
       return "dynamic";
+    case Mode::StaticAutoEngines:
+      return "static_auto";
   }
   return "unknown";
 }
@@ -37,8 +43,10 @@ const char* mode_name(Mode mode) {
 std::unique_ptr<Model> load_model(const std::string& path, Mode mode) {
   LoadOptions options;
   options.dispatch = mode == Mode::Dynamic ? Dispatch::Dynamic : Dispatch::Static;
-  options.interpreter = mode == Mode::Static || mode == Mode::StaticPlain ? Interpreter::Lightweight : Interpreter::Stock;
-  options.specialize = mode == Mode::Static;
+  const bool stage = mode == Mode::Static || mode == Mode::StaticAutoEngines;
+  options.interpreter = stage || mode == Mode::StaticPlain ? Interpreter::Lightweight : Interpreter::Stock;
+  options.specialize = stage;
+  options.choose_quantized_engines = mode == Mode::StaticAutoEngines;
   try {
     return std::make_unique<Model>(Model::load(path, options));
   } catch (const Error& e) {

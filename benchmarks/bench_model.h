@@ -19,8 +19,9 @@ namespace lightweight_dispatch::bench {
 // "floor" is not a module: see kernel_floor.h.
 // Static: what lite_predictor runs (generated kernels, the bind-time stage, its own loop); StaticPlain: the same
 // without the bind-time stage (--no-specialize); StaticStock: generated kernels in LibTorch's loop, no stage;
-// Dynamic: the stock interpreter and dispatcher.
-enum class Mode { Static, StaticPlain, StaticStock, Dynamic };
+// Dynamic: the stock interpreter and dispatcher; StaticAutoEngines: Static with each quantized conv and linear on the
+// engine fastest for it (lite_predictor --qengine auto), whose outputs may differ from the others' by a few steps.
+enum class Mode { Static, StaticPlain, StaticStock, Dynamic, StaticAutoEngines };
 
 Mode parse_mode(const std::string& text);
 const char* mode_name(Mode mode);

@@ -113,8 +113,9 @@ class LatencyServer:
             raise LatencyError(value)
         return value
 
-    def load(self, key: str, mode: str, model: Path, inputs: Path) -> float:
-        return self._ask(f"load {key} {mode} {model} {inputs}")
+    def load(self, key: str, mode: str, model: Path, inputs: Path, atol: float | None = None) -> float:
+        """Loads `model` under `key`; `atol` (bench_latency_server only): its first run's check's tolerance."""
+        return self._ask(f"load {key} {mode} {model} {inputs}" + ("" if atol is None else f" {atol!r}"))
 
     def run(self, key: str) -> float:
         return self._ask(f"run {key}")

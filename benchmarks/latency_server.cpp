@@ -3,8 +3,11 @@
 // the Python lite interpreter run for run. Times are taken here, around the forward pass only.
 //
 // One command per line on stdin, one reply per line on stdout:
-//   load KEY MODE MODEL.ptl INPUTS.pt   -> "ok LOAD_MS"   (MODE static, static_plain or dynamic; static
-//                                                        includes binding; MODEL.expected.pt must lie beside)
+//   load KEY MODE MODEL.ptl INPUTS.pt [ATOL]
+//                                       -> "ok LOAD_MS"   (MODE static, static_plain, static_auto or dynamic;
+//                                                        static includes binding; MODEL.expected.pt must lie
+//                                                        beside; ATOL: the check's absolute tolerance, for
+//                                                        static_auto's outputs a quantization step or two away)
 //   run KEY                             -> "ok MS"
 //   compiled KEY                        -> "ok COMPILED RAN" (the stage's sites that ran, and of them those
 //                                                        running their compiled kernel)
@@ -52,6 +55,7 @@ struct Loaded {
   std::unique_ptr<ld::Model> model;
   std::vector<c10::IValue> inputs;
   std::vector<at::Tensor> expected; // MODEL.expected.pt
+  double atol = 0;                  // the check's absolute tolerance
   bool checked = false;             // its first run's outputs were compared with `expected`
 };
 
@@ -62,7 +66,8 @@ std::string expected_path(const std::string& model_path) {
 }
 
 // The bind-time stage's sites that ran, and of them those whose calls ran the compiled kernel more often than the
-// generated ones (after the rounds: a site whose race the generated kernels won runs them on every call).
+// generated ones (after the rounds: a site whose race the generated kernels won runs them on every call); under
+// static_auto, quantized calls count too, "compiled" where another engine than the loaded one served most calls.
 struct CompiledSites {
   int compiled = 0;
   int ran = 0;
@@ -76,6 +81,16 @@ CompiledSites compiled_sites(const ld::Model& model) {
       compiled += site.specialized_calls > site.generated_calls ? 1 : 0;
     }
   }
+  for (const ld::QuantizedEngineCallSite& call : model.quantized_engine_calls()) {
+    int64_t total = 0, loaded = call.calls.empty() ? 0 : call.calls.front();
+    for (const int64_t calls : call.calls) {
+      total += calls;
+    }
+    if (total > 0) {
+      ++ran;
+      compiled += total - loaded > loaded ? 1 : 0;
+    }
+  }
   return {compiled, ran};
 }
 
@@ -87,9 +102,13 @@ class Server {
     words >> command;
     if (command == "load") {
       std::string key, mode, model_path, inputs_path;
+      double atol = kAtol;
       words >> key >> mode >> model_path >> inputs_path;
       if (inputs_path.empty()) {
-        return "error load expects KEY MODE MODEL.ptl INPUTS.pt";
+        return "error load expects KEY MODE MODEL.ptl INPUTS.pt [ATOL]";
+      }
+      if (!words.eof() && !(words >> atol)) {
+        return "error load: ATOL is not a number";
       }
       loaded_.erase(key);
       const auto start = Clock::now();
@@ -97,7 +116,7 @@ class Server {
       const double load_ms = ms_since(start);
       std::vector<at::Tensor> expected = ld::load_tensor_list(expected_path(model_path));
       loaded_.insert_or_assign(
-          key, Loaded{std::move(model), bench::as_ivalues(ld::load_tensor_list(inputs_path)), std::move(expected)});
+          key, Loaded{std::move(model), bench::as_ivalues(ld::load_tensor_list(inputs_path)), std::move(expected), atol});
       return "ok " + std::to_string(load_ms);
     }
     if (command == "run") {
@@ -113,7 +132,7 @@ class Server {
       const double run_ms = ms_since(start);
       if (!loaded.checked) { // not timed
         const ld::Comparison comparison =
-            ld::compare_outputs(ld::flatten_outputs(output), loaded.expected, kAtol, kRtol);
+            ld::compare_outputs(ld::flatten_outputs(output), loaded.expected, loaded.atol, kRtol);
         if (!comparison.match) {
           loaded_.erase(it);
           return "error OutputMismatch: " + comparison.mismatch.substr(0, comparison.mismatch.find('\n'));

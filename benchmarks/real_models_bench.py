@@ -48,11 +48,18 @@ MODEL_NAMES = ("resnet18", "efficientnet_b0", "mobilenet_v3_large", "shufflenet_
 OURS = {"static": ("static", ""), "static_plain": ("static_plain", ""),
         "static_frozen": ("static", FROZEN_SUFFIX), "static_plain_frozen": ("static_plain", FROZEN_SUFFIX)}
 STAGE_MODES = ("static", "static_frozen")  # ours with the bind-time stage
+# The quantized models also run with each quantized conv and linear on the engine fastest for it (--qengine auto,
+# opt-in: its outputs may move by a quantization step at each call), checked within this many of the model's own
+# tolerance (about one output step: real_models.py's atol).
+INT8_MODELS = ("mobilenet_v2_int8",)
+AUTO_ENGINES = {"static_auto": ("static_auto", "")}
+AUTO_ENGINES_ATOL_STEPS = 2
 PEERS = {"onnxruntime": ".onnx", "executorch": ".pte"}
-MODES = (*OURS, *PEERS)
+MODES = (*OURS, *AUTO_ENGINES, *PEERS)
 ADJACENT = (("static", "static_plain"), ("static_frozen", "static_plain_frozen"))
 MODE_LABELS = {"static": "static", "static_plain": "static, no stage", "static_frozen": "frozen",
-               "static_plain_frozen": "frozen, no stage", "onnxruntime": "ONNX Runtime", "executorch": "ExecuTorch"}
+               "static_plain_frozen": "frozen, no stage", "static_auto": "static, --qengine auto",
+               "onnxruntime": "ONNX Runtime", "executorch": "ExecuTorch"}
 # Issue 21's targets.
 PEER_TARGET = 1.0  # ours (unfrozen and frozen, stage on) / the best peer, median per-round ratio
 FROZEN_TARGET = 1.03  # unfrozen / frozen (stage on)
@@ -142,11 +149,13 @@ def steady_state(server_binary: Path, peers_python: Path, models_dir: Path, name
     with contextlib.ExitStack() as stack:
         cpp = stack.enter_context(LatencyServer([str(server_binary)], threads))
         runners: dict[str, Callable[[], float]] = {}
-        for mode, (server_mode, suffix) in OURS.items():
+        ours = OURS | (AUTO_ENGINES if name in INT8_MODELS else {})
+        for mode, (server_mode, suffix) in ours.items():
             stem = name + suffix
+            atol = manifest["models"][name]["atol"] * AUTO_ENGINES_ATOL_STEPS if mode in AUTO_ENGINES else None
             try:
                 samples.load_ms[mode] = cpp.load(mode, server_mode, models_dir / f"{stem}.ptl",
-                                                 models_dir / f"{stem}.inputs.pt")
+                                                 models_dir / f"{stem}.inputs.pt", atol)
                 runners[mode] = lambda key=mode: cpp.run(key)
             except LatencyError as error:
                 samples.failed[mode] = str(error)
@@ -162,14 +171,19 @@ def steady_state(server_binary: Path, peers_python: Path, models_dir: Path, name
             except LatencyError as error:
                 samples.failed[mode] = str(error)
         interleaved(runners, samples, runs, warmup, seed=threads, adjacent=ADJACENT)
-        for mode in STAGE_MODES:
+        for mode in (*STAGE_MODES, *AUTO_ENGINES):
             if mode in runners:
                 samples.compiled_sites[mode] = cpp.compiled_sites(mode)
     return samples
 
 
-def cold_command(predictor: Path, peers_python: Path, models_dir: Path, name: str, mode: str) -> list[str]:
+def cold_command(predictor: Path, peers_python: Path, models_dir: Path, name: str, mode: str,
+                 manifest: dict | None = None) -> list[str]:
     """One fresh process: load, one run, print {"load_ms", "first_run_ms"} (1 thread)."""
+    if mode in AUTO_ENGINES:
+        atol = (manifest or {}).get("models", {}).get(name, {}).get("atol", 1e-4) * AUTO_ENGINES_ATOL_STEPS
+        return [str(predictor), str(models_dir / f"{name}.ptl"), "--iters", "1", "--warmup", "0", "--threads", "1",
+                "--json", "--qengine", "auto", "--atol", str(atol)]
     if mode in OURS:
         server_mode, suffix = OURS[mode]
         plain = ["--no-specialize"] if server_mode == "static_plain" else []
@@ -183,17 +197,20 @@ COLD_MODES = ("static", "static_frozen", "onnxruntime", "executorch")
 
 
 def cold_start(predictor: Path, peers_python: Path, models_dir: Path, name: str, reps: int,
-               skip: dict[str, str]) -> tuple[dict[str, list[tuple[float, float, float]]], dict[str, str]]:
+               skip: dict[str, str], manifest: dict | None = None
+               ) -> tuple[dict[str, list[tuple[float, float, float]]], dict[str, str]]:
     """Fresh-process samples per mode, modes alternating; modes in `skip` (those that could not run the model
     steadily, with their reason) are not started."""
-    results: dict[str, list[tuple[float, float, float]]] = {m: [] for m in COLD_MODES if m not in skip}
+    modes = (*COLD_MODES, *AUTO_ENGINES) if name in INT8_MODELS else COLD_MODES
+    results: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes if m not in skip}
     failed: dict[str, str] = {}
     for _ in range(reps):
         for mode in results:
             if mode in failed:
                 continue
             try:
-                results[mode].append(cold_start_sample(cold_command(predictor, peers_python, models_dir, name, mode)))
+                results[mode].append(cold_start_sample(
+                    cold_command(predictor, peers_python, models_dir, name, mode, manifest)))
             except LatencyError as error:
                 failed[mode] = str(error)
     return results, failed
@@ -241,7 +258,7 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
     peer = best_peer(section, prefix)
     if peer is not None:
         section.add(f"{prefix}/best_peer", peer, "mode", "the peer with the lower median")
-        for mode in ("static", "static_frozen"):
+        for mode in ("static", "static_frozen", *AUTO_ENGINES):
             _paired(section, prefix, samples, mode, peer, f"{mode}_to_best_peer",
                     f"median over rounds of {mode} / {peer} (the best peer) in the same round")
     for mode, (compiled, ran) in samples.compiled_sites.items():
@@ -249,6 +266,8 @@ def record_steady(name: str, threads: int, samples: Samples, runs: int, section:
         section.add(f"{prefix}/{mode}/compiled_sites", compiled, "sites",
                     "of those, the sites whose calls ran the compiled kernel more often than the generated ones, after "
                     "the rounds (a site whose race the generated kernels won runs them on every call)")
+    _paired(section, prefix, samples, "static_auto", "static", "static_auto_to_static",
+            "median over rounds of --qengine auto / the loaded engine's packings (stage on both) in the same round")
     _paired(section, prefix, samples, "static", "static_frozen", "static_to_static_frozen",
             "median over rounds of unfrozen / frozen (stage on) in the same round")
     _paired(section, prefix, samples, "static", "static_plain", "static_to_static_plain",
@@ -279,7 +298,7 @@ def record_cold(name: str, results: dict[str, list[tuple[float, float, float]]],
         return
     peer = min(peers, key=peers.get)
     section.add(f"{prefix}/best_peer", peer, "mode", "the peer with the lower load + first run")
-    for mode in ("static", "static_frozen"):
+    for mode in ("static", "static_frozen", *AUTO_ENGINES):
         if section.has(f"{prefix}/{mode}/load_plus_first_ms"):
             section.add(f"{prefix}/{mode}_to_best_peer_load_plus_first",
                         round(section.get(f"{prefix}/{mode}/load_plus_first_ms") / peers[peer], 3), "ratio",
@@ -304,6 +323,10 @@ def judge(name: str, threads: tuple[int, ...], section: Section) -> None:
                                    ("static_frozen_to_static_plain_frozen", "frozen"))]
     section.targets.append(Target(f"real {name}: the bind-time stage <= {STAGE_TARGET} x no stage",
                                   *_judge(parts, STAGE_TARGET)))
+    if name in INT8_MODELS:
+        parts = [(f"{t}t", _get(section, f"{p}/threads_{t}/static_auto_to_best_peer")) for t in threads[:1]]
+        section.targets.append(Target(f"real {name} with --qengine auto: <= {PEER_TARGET} x ORT's int8 model at "
+                                      f"{threads[0]} thread(s)", *_judge(parts, PEER_TARGET)))
     parts = [(label, _get(section, f"{p}/cold/{mode}_to_best_peer_load_plus_first"))
              for mode, label in (("static", "unfrozen"), ("static_frozen", "frozen"))]
     section.targets.append(Target(f"real {name}: load + first run <= {COLD_TARGET} x the best peer's",
@@ -355,7 +378,7 @@ def measure(peers_python: Path | None, threads: tuple[int, ...] = (1, 2), runs: 
             print(f"  real models {name} {count} thread(s), {model_runs} rounds: {medians} ms", file=sys.stderr,
                   flush=True)
         results, cold_failed = cold_start(predictor, peers_python, models_dir, name,
-                                          min(cold_reps, COLD_REPS_CAP.get(name, cold_reps)), failed)
+                                          min(cold_reps, COLD_REPS_CAP.get(name, cold_reps)), failed, manifest)
         record_cold(name, results, cold_failed, section)
         judge(name, threads, section)
         record_layers(predictor, peers_python, models_dir, name, section)

@@ -275,6 +275,41 @@ def real_models_layers_table(section: Section) -> list[str]:
     return _table(["model", *kinds, "all"], rows) if rows else []
 
 
+def auto_engines_lines(section: Section) -> list[str]:
+    """The int8 models with --qengine auto (opt-in: results may move by a quantization step per call), one line
+    per model and thread count, and their cold start."""
+    from benchmarks import real_models_bench as real
+
+    lines = []
+    for name in real.INT8_MODELS:
+        for key in sorted(f.name for f in section.figures if f.name.startswith(f"real_models/{name}/threads_")
+                          and f.name.endswith("/static_auto/median_ms")):
+            p = key.removesuffix("/static_auto/median_ms")
+            threads = p.rsplit("_", 1)[1]
+            peer = section.get(f"{p}/best_peer") if section.has(f"{p}/best_peer") else None
+            parts = [f"`{name}` with `--qengine auto`, {threads} thread(s): {section.get(key):.2f} ms"]
+            if peer is not None and section.has(f"{p}/static_auto_to_best_peer"):
+                parts.append(f"{_marked(section, f'{p}/static_auto_to_best_peer', real.PEER_TARGET)} of "
+                             f"{real.MODE_LABELS.get(peer, peer)}'s")
+            if section.has(f"{p}/static_auto_to_static"):
+                parts.append(f"{section.get(f'{p}/static_auto_to_static'):.3f} of the loaded engine's packings "
+                             "(static, stage on)")
+            if section.has(f"{p}/static_auto/compiled_sites"):
+                parts.append(f"{section.get(f'{p}/static_auto/compiled_sites')} of "
+                             f"{section.get(f'{p}/static_auto/stage_sites_ran')} quantized call sites on another "
+                             "engine")
+            lines.append("- " + "; ".join(parts))
+        cold = f"real_models/{name}/cold"
+        if section.has(f"{cold}/static_auto/load_plus_first_ms"):
+            lines.append(f"- `{name}` with `--qengine auto`, load + first run: "
+                         f"{section.get(f'{cold}/static_auto/load_plus_first_ms'):.1f} ms (load "
+                         f"{section.get(f'{cold}/static_auto/load_ms'):.1f}, repacking its weights for the other "
+                         "engine included): "
+                         f"{section.get(f'{cold}/static_auto_to_best_peer_load_plus_first'):.2f} of the best peer's")
+    return ([f"With `--qengine auto` (opt-in: each quantized conv and linear on the engine fastest for it, within "
+             "one quantization step of the loaded engine's result at each call):", "", *lines, ""] if lines else [])
+
+
 def real_models_lines(section: Section) -> list[str]:
     """report.md's section for benchmarks/real_models_bench.py."""
     if not section.figures and not section.skipped:
@@ -305,6 +340,7 @@ def real_models_lines(section: Section) -> list[str]:
         "",
         *real_models_cold_table(section),
         "",
+        *auto_engines_lines(section),
     ]
     if section.details.get("layer_profile"):
         lines += [

@@ -191,3 +191,29 @@ def test_a_prebuilt_peer_file_is_checked_against_the_reference_its_manifest_name
     assert len(onnx.inputs) == 1
     assert onnx.check([torch.full((2,), 0.6)]) is None and onnx.check([torch.zeros(2)]) is not None
     assert pte.check([torch.full((2,), 0.005)]) is None and pte.check([torch.full((2,), 0.6)]) is not None
+
+
+def test_the_int8_model_is_also_judged_with_the_engines_chosen_per_call() -> None:
+    from benchmarks import real_models_bench as real
+    from benchmarks.figures import Section
+    from benchmarks.report import auto_engines_lines
+
+    assert "mobilenet_v2_int8" in real.INT8_MODELS
+    section = Section()
+    int8 = _fake_samples({"static": [5.0, 5.0, 5.0], "static_plain": [5.0, 5.0, 5.0], "static_frozen": [5.0, 5.0, 5.0],
+                          "static_plain_frozen": [5.0, 5.0, 5.0], "static_auto": [4.2, 4.2, 4.2],
+                          "onnxruntime": [4.0, 4.0, 4.0]})
+    int8.compiled_sites = {"static": (0, 0), "static_frozen": (0, 0), "static_auto": (38, 53)}
+    real.record_steady("mobilenet_v2_int8", 1, int8, 3, section)
+    p = "real_models/mobilenet_v2_int8/threads_1"
+    assert section.get(f"{p}/static_auto_to_best_peer") == 1.05
+    assert section.get(f"{p}/static_auto_to_static") == 0.84
+    real.judge("mobilenet_v2_int8", (1,), section)
+    auto = next(t for t in section.targets if "--qengine auto" in t.name)
+    assert auto.met is False and "1t 1.05" in auto.detail
+    lines = "\n".join(auto_engines_lines(section))
+    assert "1.050 ✗" in lines and "0.840 of the loaded engine's" in lines and "38 of 53" in lines
+    # Its cold start passes the tolerance the mode needs: two of the model's own steps.
+    command = real.cold_command(Path("lp"), Path("py"), Path("m"), "mobilenet_v2_int8", "static_auto",
+                                {"models": {"mobilenet_v2_int8": {"atol": 0.002}}})
+    assert command[command.index("--qengine") + 1] == "auto" and command[command.index("--atol") + 1] == "0.004"
