@@ -356,6 +356,7 @@ int run(const ld::Options& options, const ld::PhaseReporter& phase) {
   report.model_check = module.model_check();
   report.layout_calls = module.layout_calls(); // after the runs: their counters
   report.in_place_calls = module.in_place_calls();
+  report.choose_quantized_engines = options.choose_quantized_engines;
   report.quantized_engine_calls = module.quantized_engine_calls();
   ExitCode code = compare_with_reference(options, outputs, report);
   if (options.parallel > 0 && !report.parallel_outputs_identical) {

@@ -215,6 +215,11 @@ void print_in_place_text(std::ostream& out, const RunReport& report) {
 // The quantized calls choosing their engine (--qengine auto): how many, and the calls each engine served.
 void print_quantized_engines_text(std::ostream& out, const RunReport& report) {
   if (report.quantized_engine_calls.empty()) {
+    if (report.choose_quantized_engines) {
+      out << "bind-time: --qengine auto: no quantized::conv2d, conv2d_relu, linear or linear_relu call is given "
+             "constant packed weights (a frozen model's, or one the stage freezes; dynamic quantization's "
+             "linear_dynamic is not covered): every call keeps the loaded engine's kernels\n";
+    }
     return;
   }
   std::map<std::string, int64_t> calls_by_engine;
@@ -525,7 +530,8 @@ void print_json(std::ostream& out, const RunReport& report) {
     }
     out << "}";
   }
-  out << "], \"qengine\": " << json_string(report.qengine) << ", \"inputs\": " << json_string(report.input_source) << ", \"expected\": "
+  out << "], \"qengine\": " << json_string(report.qengine)
+      << ", \"qengine_auto\": " << (report.choose_quantized_engines ? "true" : "false") << ", \"inputs\": " << json_string(report.input_source) << ", \"expected\": "
       << (report.expected_source ? json_string(*report.expected_source) : "null") << ", \"outputs_match\": "
       << (report.outputs_match ? (*report.outputs_match ? "true" : "false") : "null")
       << ", \"max_abs_diff\": " << report.max_abs_diff << ", \"mismatch\": " << json_string(report.mismatch)

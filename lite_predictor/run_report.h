@@ -24,7 +24,8 @@ struct RunReport {
   AttributeFreezingReport attribute_freezing;
   std::vector<LayoutCallSite> layout_calls;
   std::vector<InPlaceCallSite> in_place_calls;
-  std::vector<QuantizedEngineCallSite> quantized_engine_calls; // --qengine auto
+  bool choose_quantized_engines = false; // --qengine auto
+  std::vector<QuantizedEngineCallSite> quantized_engine_calls; // with it: the calls that may choose
   std::string input_source;
   std::optional<std::string> expected_source;
   std::optional<bool> outputs_match; // unset when there is nothing to compare with

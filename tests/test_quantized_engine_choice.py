@@ -119,3 +119,14 @@ def test_auto_without_the_stage_is_a_usage_error(flag: list[str], predictor: Pat
     run = run_predictor(predictor, model_path(models_dir, "quantized_mobilenet_v2"), "--qengine", "auto", *flag)
     assert run.returncode == 2
     assert "--qengine auto" in run.stderr and "bind-time stage" in run.stderr
+
+
+def test_a_model_with_nothing_to_choose_says_so(predictor: Path, models_dir: Path) -> None:
+    # quantize_dynamic's LSTM and linear: quantized::linear_dynamic, which the choice does not cover.
+    model = model_path(models_dir, "quantized_lstm")
+    report = run_auto(predictor, model)
+    assert report["qengine_auto"] is True and report["quantized_engine_calls"] == []
+    text = run_predictor(predictor, model, "--qengine", "auto", "--iters", "1")
+    assert "--qengine auto: no quantized::conv2d, conv2d_relu, linear or linear_relu call" in text.stdout
+    plain = run_predictor(predictor, model, "--iters", "1", "--json")
+    assert plain.json()["qengine_auto"] is False
