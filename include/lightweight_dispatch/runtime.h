@@ -144,7 +144,9 @@ struct LoadOptions {
   // the stage freezes) also gets them packed for LibTorch's other quantized engines, and runs, per input shape,
   // the fastest packing among those whose results stay within one quantization step of the loaded one's
   // (lite_predictor --qengine auto). Off by default: the engines round differently, so an answer may move by a
-  // step at each such call; quantized_engine still chooses the engine the model loads under.
+  // step at each such call; quantized_engine still chooses the engine the model loads under. Packing for another
+  // engine switches the process's quantized engine for a moment during this load (as quantized_engine does):
+  // do not load another quantized model from another thread meanwhile.
   bool choose_quantized_engines = false;
 };
 
