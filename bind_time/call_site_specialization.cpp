@@ -7,7 +7,6 @@
 #include <bind_time/result_check.h>
 #include <bind_time/test_hooks.h>
 #include <runtime/op_binding.h>
-#include <runtime/quantized_engine.h>
 #include <runtime/tensor_tree.h>
 
 #include <ATen/Parallel.h>
@@ -837,10 +836,13 @@ void fold_calls(torch::jit::mobile::Code& code, const std::string& function, con
 std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module& module,
     const OperatorSchema& schema_of, const GeneratedKernelOf& kernel_of, bool prepare_on_first_call,
     bool choose_quantized_engines) {
-  const std::string loaded_engine = current_quantized_engine();
-  // Per packed-weights object, its packings for the other engines (forward and _forward_impl call the same convs),
-  // or why there are none.
-  std::map<const void*, std::pair<std::vector<EnginePacking>, std::string>> repacked;
+  // Quantized calls that may choose their engine, gathered over every function and packed together at the end.
+  struct QuantizedCallIn {
+    torch::jit::mobile::Code* code;
+    std::string function;
+    QuantizedWeightCall call;
+  };
+  std::vector<QuantizedCallIn> quantized_calls;
   auto result = std::make_shared<Specialization>();
   const auto verdicts = std::make_shared<RaceVerdicts>();
   const ReturnCount returns_of = return_counts_from(schema_of);
@@ -949,32 +951,38 @@ std::shared_ptr<Specialization> specialize_call_sites(torch::jit::mobile::Module
       taken.insert(pc);
       result->in_place_.push_back({InPlaceCallSite{function_name, pc, op, 0, 0}, std::move(kernel)});
     }
-    for (const QuantizedWeightCall& call : choose_quantized_engines ? find_quantized_weight_calls(code)
-                                                                    : std::vector<QuantizedWeightCall>{}) {
-      if (taken.count(call.instruction) != 0) {
-        continue;
+    for (QuantizedWeightCall& call : choose_quantized_engines ? find_quantized_weight_calls(code)
+                                                              : std::vector<QuantizedWeightCall>{}) {
+      if (taken.count(call.instruction) == 0) {
+        quantized_calls.push_back({&code, function_name, std::move(call)});
       }
-      Specialization::QuantizedEngine entry;
-      entry.report = {function_name, call.instruction, call.op, {loaded_engine}, {}, {}};
-      auto found = repacked.find(call.packed.internalToPointer());
-      if (found == repacked.end()) {
-        std::string why_none;
-        std::vector<EnginePacking> packings = pack_for_other_engines(call, why_none);
-        found = repacked.emplace(call.packed.internalToPointer(), std::make_pair(std::move(packings), why_none)).first;
-      }
-      std::vector<EnginePacking> others = found->second.first;
-      if (others.empty()) {
-        entry.report.notes.push_back(found->second.second); // reported, left bound to its generated kernel
-        result->quantized_.push_back(std::move(entry));
-        continue;
-      }
-      entry.kernel = std::make_shared<QuantizedEngineKernel>(
-          code.operators_[code.instructions_[call.instruction].X], call.packed, loaded_engine, std::move(others));
-      rebind_instruction(
-          code, call.instruction, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
-      taken.insert(call.instruction);
-      result->quantized_.push_back(std::move(entry));
     }
+  }
+  // Each packed-weights object packed once for the other engines (forward and _forward_impl call the same convs).
+  std::map<const void*, size_t> object_index;
+  std::vector<QuantizedWeightCall> objects;
+  for (const QuantizedCallIn& in : quantized_calls) {
+    if (object_index.emplace(in.call.packed.internalToPointer(), objects.size()).second) {
+      objects.push_back(in.call);
+    }
+  }
+  const std::vector<RepackedWeights> repacked = pack_for_other_engines(objects);
+  const std::string loaded_engine = loaded_engine_name();
+  for (const QuantizedCallIn& in : quantized_calls) {
+    const RepackedWeights& others = repacked[object_index.at(in.call.packed.internalToPointer())];
+    Specialization::QuantizedEngine entry;
+    entry.report = {in.function, in.call.instruction, in.call.op, {loaded_engine}, {}, {}};
+    if (others.packings.empty()) {
+      entry.report.notes.push_back(others.why_none); // reported, left bound to its generated kernel
+      result->quantized_.push_back(std::move(entry));
+      continue;
+    }
+    torch::jit::mobile::Code& code = *in.code;
+    entry.kernel = std::make_shared<QuantizedEngineKernel>(
+        code.operators_[code.instructions_[in.call.instruction].X], in.call.packed, loaded_engine, others.packings);
+    rebind_instruction(
+        code, in.call.instruction, [kernel = entry.kernel](torch::jit::Stack& stack) { (*kernel)(stack); });
+    result->quantized_.push_back(std::move(entry));
   }
   return result;
 }

@@ -90,9 +90,9 @@ PrepackCall unpacked(const QuantizedWeightCall& call) {
   return {"quantized::linear_prepack", {weight, bias_argument(bias, weight)}};
 }
 
-// The weights packed by `engine`'s prepack operator (through the dispatcher: only FBGEMM's prepack is exported).
-c10::IValue repack(const PrepackCall& prepack, c10::QEngine engine) {
-  const EngineGuard guard(engine);
+// The weights packed by the prepack operator of the engine in force (through the dispatcher: only FBGEMM's prepack
+// is exported).
+c10::IValue repack(const PrepackCall& prepack) {
   torch::jit::Stack stack = prepack.arguments;
   c10::Dispatcher::singleton().findSchemaOrThrow(prepack.op, "").callBoxed(stack);
   return stack.back();
@@ -151,6 +151,10 @@ double ms_of(const std::function<void()>& run) {
 
 } // namespace
 
+std::string loaded_engine_name() {
+  return lower_case(c10::toString(at::globalContext().qEngine()));
+}
+
 std::vector<QuantizedWeightCall> find_quantized_weight_calls(const torch::jit::mobile::Code& code) {
   std::vector<QuantizedWeightCall> calls;
   for (size_t pc = 3; pc < code.instructions_.size(); ++pc) {
@@ -182,12 +186,10 @@ std::vector<QuantizedWeightCall> find_quantized_weight_calls(const torch::jit::m
   return calls;
 }
 
-std::vector<EnginePacking> pack_for_other_engines(const QuantizedWeightCall& call, std::string& why_none) {
-  const bool conv = is_conv(call.op);
-  if (conv && call.packed.toCustomClass<ConvPackedParamsBase<2>>()->transpose()) {
-    why_none = "a transposed conv: packed for its loaded engine only";
-    return {};
-  }
+namespace {
+
+// The engines other than the loaded one whose packings are worth their load time.
+std::vector<c10::QEngine> other_engines() {
   std::vector<c10::QEngine> engines;
   for (const c10::QEngine engine : at::globalContext().supportedQEngines()) {
     if (engine != c10::QEngine::NoQEngine && engine != at::globalContext().qEngine()) {
@@ -199,34 +201,55 @@ std::vector<EnginePacking> pack_for_other_engines(const QuantizedWeightCall& cal
   // and packing for it would only add to the load.
   engines.erase(std::remove(engines.begin(), engines.end(), c10::QEngine::QNNPACK), engines.end());
 #endif
-  const std::string loaded_kind = packing_kind(call.packed, conv);
-  // An engine whose prepack makes the loaded kind of object again is not worth its load time.
-  engines.erase(std::remove(engines.begin(), engines.end(), kernels_of(loaded_kind)), engines.end());
-  std::vector<std::string> kinds{loaded_kind};
-  std::vector<EnginePacking> packings;
-  std::string failures;
-  std::optional<PrepackCall> prepack;
-  for (const c10::QEngine engine : engines) {
+  return engines;
+}
+
+} // namespace
+
+std::vector<RepackedWeights> pack_for_other_engines(const std::vector<QuantizedWeightCall>& calls) {
+  std::vector<RepackedWeights> repacked(calls.size());
+  std::vector<std::optional<PrepackCall>> prepacks(calls.size());
+  std::vector<std::vector<std::string>> kinds(calls.size()); // per call: the kinds of packing it has
+  std::vector<std::string> failures(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const bool conv = is_conv(calls[i].op);
+    if (conv && calls[i].packed.toCustomClass<ConvPackedParamsBase<2>>()->transpose()) {
+      repacked[i].why_none = "a transposed conv: packed for its loaded engine only";
+      continue;
+    }
+    kinds[i].push_back(packing_kind(calls[i].packed, conv));
+  }
+  for (const c10::QEngine engine : other_engines()) {
     const std::string name = lower_case(c10::toString(engine));
-    try {
-      if (!prepack) {
-        prepack = unpacked(call);
+    const EngineGuard guard(engine); // the prepack operators read it
+    for (size_t i = 0; i < calls.size(); ++i) {
+      // An engine whose prepack makes the loaded kind of object again is not worth its load time.
+      if (kinds[i].empty() || kernels_of(kinds[i].front()) == engine) {
+        continue;
       }
-      c10::IValue packed = repack(*prepack, engine);
-      const std::string kind = packing_kind(packed, conv);
-      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-        kinds.push_back(kind);
-        packings.push_back({name, std::move(packed)});
+      try {
+        if (!prepacks[i]) {
+          prepacks[i] = unpacked(calls[i]);
+        }
+        c10::IValue packed = repack(*prepacks[i]);
+        const std::string kind = packing_kind(packed, is_conv(calls[i].op));
+        if (std::find(kinds[i].begin(), kinds[i].end(), kind) == kinds[i].end()) {
+          kinds[i].push_back(kind);
+          repacked[i].packings.push_back({name, std::move(packed)});
+        }
+      } catch (const std::exception& e) {
+        const std::string what = e.what();
+        failures[i] += (failures[i].empty() ? "" : "; ") + name + ": " + what.substr(0, what.find('\n'));
       }
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      failures += (failures.empty() ? "" : "; ") + name + ": " + what.substr(0, what.find('\n'));
     }
   }
-  if (packings.empty()) {
-    why_none = failures.empty() ? "no other engine packs its weights another way" : "no engine repacks it (" + failures + ")";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (repacked[i].packings.empty() && repacked[i].why_none.empty()) {
+      repacked[i].why_none = failures[i].empty() ? "no other engine packs its weights another way"
+                                                 : "no engine repacks it (" + failures[i] + ")";
+    }
   }
-  return packings;
+  return repacked;
 }
 
 QuantizedEngineKernel::QuantizedEngineKernel(std::function<void(torch::jit::Stack&)> generated, c10::IValue loaded,

@@ -52,10 +52,21 @@ struct QuantizedWeightCall {
 // packed weights, scale and zero point by the three LOADC instructions right before them.
 std::vector<QuantizedWeightCall> find_quantized_weight_calls(const torch::jit::mobile::Code& code);
 
-// `call`'s weights packed again under every engine this LibTorch has, one per kind of packed object unlike the
-// loaded one's (on x86-64 without VNNI, x86 packs as FBGEMM does: one of them is kept), but ARM's qnnpack on
-// x86-64; `why_none` says why there is none (a transposed conv, weights no engine repacks).
-std::vector<EnginePacking> pack_for_other_engines(const QuantizedWeightCall& call, std::string& why_none);
+// The process's quantized engine now, as lite_predictor names it ("x86"): the one a model's weights were packed
+// for while it loaded.
+std::string loaded_engine_name();
+
+// A call's weights packed again for the other engines, or why not.
+struct RepackedWeights {
+  std::vector<EnginePacking> packings;
+  std::string why_none; // "" where there are packings (a transposed conv, weights no engine repacks)
+};
+
+// Each call's weights packed again under every engine this LibTorch has whose kind of packed object differs from
+// the loaded one's (on x86-64 without VNNI, x86 packs as FBGEMM does: fbgemm adds nothing), but ARM's qnnpack on
+// x86-64; the process's quantized engine switched to each engine in turn, then restored. (Packing on two threads
+// took as long: 105 ms against 112 for MobileNetV2's 52 convs.)
+std::vector<RepackedWeights> pack_for_other_engines(const std::vector<QuantizedWeightCall>& calls);
 
 class QuantizedEngineKernel {
  public:
