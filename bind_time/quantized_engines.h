@@ -1,7 +1,7 @@
 // Quantized convs and linears on the engine that runs each one fastest (LoadOptions::choose_quantized_engines;
 // lite_predictor --qengine auto). A quantized model's packed weights are built at load for the engine in force
 // (x86 on x86-64); LibTorch has other engines whose kernels for the same weights are faster on some shapes and
-// slower on others (on an AVX2 machine without VNNI, oneDNN's int8 convolutions take 0.6-0.7 of FBGEMM's time on
+// slower on others (on an AVX2 machine without VNNI, oneDNN's int8 convolutions beat FBGEMM's on most of
 // MobileNetV2's layers, while its quantized linear takes 3x as long).
 //
 // At bind time every quantized::conv2d / conv2d_relu / linear / linear_relu call whose packed weights are a
