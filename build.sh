@@ -8,7 +8,8 @@
 #                    build/bench/report.{md,json} and bench.png; extra arguments go to the bench script
 # ./build.sh cross   the same setup and codegen, then lite_predictor for aarch64 Linux into build_aarch64/
 #                    (fetches torch's aarch64 wheel once; CROSS_TOOLCHAIN_FILE and TARGET_TORCH choose another
-#                    toolchain and LibTorch)
+#                    toolchain and LibTorch; LIGHTWEIGHT_DISPATCH_REUSE_EXPORTS=1 skips exporting the test models
+#                    again, for a run beside another that does: .ci/run)
 # ./build.sh test-cross  every test model's aarch64 lite_predictor under qemu-aarch64 against its outputs
 # ./build.sh help    this text
 set -euo pipefail
@@ -184,7 +185,9 @@ PYEOF
   cross)
     check_cross_compiler
     setup_venv
-    dump_ops
+    if [[ "${LIGHTWEIGHT_DISPATCH_REUSE_EXPORTS:-}" != 1 ]]; then
+      dump_ops
+    fi
     build_cross
     ;;
   test-cross)
