@@ -88,6 +88,7 @@ class RaceVerdicts {
   struct Verdict {
     bool compiled_won = false;
     std::string where; // the site raced: "function, instruction N"
+    bool apart_won = false; // a pair's sites ran faster as two kernels than as one (SiteKernel::pair_may_run_apart_)
   };
   std::optional<Verdict> find(const std::string& problem) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -159,7 +160,7 @@ class SiteKernel {
   SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note,
       std::shared_ptr<RaceVerdicts> verdicts, std::string where)
       : chain_(std::move(chain)), frame_(frame_of(chain_.back().site)), runs_at_add_(chain_.back().site.runs_at_add()),
-        layout_(layout), prepare_on_first_call_(prepare_on_first_call), verdicts_(std::move(verdicts)),
+        pair_may_run_apart_(chain_.size() == 2 && !chain_.front().site.only_clamping_post_ops()), layout_(layout), prepare_on_first_call_(prepare_on_first_call), verdicts_(std::move(verdicts)),
         where_(std::move(where)) {
     if (!note.empty()) {
       notes_.push_back(note);
@@ -272,6 +273,13 @@ class SiteKernel {
     std::optional<TensorShape> residual;
     bool stock_run = true; // prepared in a run given stock-layout inputs (a Contiguous result's layout depends on it)
     std::unique_ptr<OnednnPartition> partition; // null: this shape runs the generated kernels
+    // A pair's sites each compiled alone (OnednnPartition::compile_each), while a race between that and
+    // `partition` (both sites in one kernel) is pending; `apart_serves` once it won. Never released either.
+    std::unique_ptr<OnednnPartition> apart;
+    std::atomic<bool> apart_serves{false};
+    const OnednnPartition& serving() const {
+      return apart && apart_serves.load(std::memory_order_acquire) ? *apart : *partition;
+    }
     // A partition checked in a preparation run on several threads and not yet raced (race_on_callers_thread):
     // the caller's next call of this shape races it. Once it has, `partition` serves only if `compiled_won`.
     // The partition itself is never released: another thread may be running it.
@@ -314,7 +322,7 @@ class SiteKernel {
       run_generated(stack);
       return;
     }
-    at::Tensor result = prepared.partition->run(input, residual);
+    at::Tensor result = prepared.serving().run(input, residual);
     torch::jit::drop(stack, frame_.size);
     torch::jit::push(stack, std::move(result));
     note_compiled_call();
@@ -427,21 +435,68 @@ class SiteKernel {
     }
     at::Tensor got;
     const WrongWeights wrong_weights(chain_view_); // none, unless a test asks for them
-    auto partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
+    // A pair that may run apart: both ways, unless a site of the same problem settled which.
+    std::unique_ptr<OnednnPartition> partition;
+    if (!verdict || !verdict->apart_won) {
+      partition = OnednnPartition::compile(wrong_weights.chain(), input_kept, residual_arg, format, got, why_not);
+    }
+    std::unique_ptr<OnednnPartition> apart;
+    at::Tensor got_apart;
+    std::string why_not_apart;
+    if (pair_may_run_apart_ && (!verdict || verdict->apart_won)) {
+      apart = OnednnPartition::compile_each(wrong_weights.chain(), input_kept, residual_arg, format, got_apart,
+                                            why_not_apart);
+    }
     torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(frame_.size), stack.end());
     if (residual != nullptr) {
       arguments[frame_.residual] = residual_kept;
     }
     run_generated(stack); // the reference, and the result if the partition is not kept
+    static const char* const kProbeDiffers =
+        "its result on a probe input (seeded random values at this shape) differed from the generated kernels' "
+        "beyond 1e-5";
     if (partition && !agrees_on_a_probe(*partition, arguments, input_kept, residual_arg)) {
-      why_not = "its result on a probe input (seeded random values at this shape) differed from the generated "
-                "kernels' beyond 1e-5";
+      why_not = kProbeDiffers;
       partition.reset();
     }
+    if (apart) {
+      at::Tensor expected = stack.back().toTensor().clone();
+      if (!agrees_on_a_probe(*apart, arguments, input_kept, residual_arg)) {
+        why_not_apart = kProbeDiffers;
+        apart.reset();
+      } else if (!agrees_within_tolerance(got_apart, expected)) {
+        why_not_apart = "its result differed from the generated kernels' beyond 1e-5";
+        apart.reset();
+      }
+    }
+    if (pair_may_run_apart_ && !why_not_apart.empty()) {
+      notes_.push_back(describe(input_kept) + ": the pair's sites as two kernels: " + why_not_apart);
+    }
+    if (!partition && apart) { // the only candidate left
+      if (!why_not.empty()) {
+        notes_.push_back(describe(input_kept) + ": the pair in one kernel: " + why_not + "; it runs as two kernels");
+        why_not.clear();
+      }
+      partition = std::move(apart);
+      got = std::move(got_apart);
+      if (verdict) {
+        notes_.push_back(describe(input_kept) + ": timed at " + verdict->where + " (the same problem): " + kRanApart);
+      }
+    }
     const bool race_later = partition && !verdict && !test_asks_for_no_race() && race_on_callers_thread();
+    if (partition && apart && !race_later) { // one kernel or two: decided now
+      const bool apart_won = test_asks_for_no_race() ? test_asks_pairs_to_run_apart()
+                                                      : apart_is_faster(*apart, *partition, input_kept, residual_arg);
+      if (apart_won) {
+        partition = std::move(apart);
+        got = std::move(got_apart);
+        notes_.push_back(describe(input_kept) + ": " + kRanApart);
+      }
+      apart.reset();
+    }
     if (partition && !verdict && !test_asks_for_no_race() && !race_later) {
       const bool compiled_won = compiled_is_faster(*partition, arguments, input_kept, residual_arg);
-      verdicts_->record(problem, {compiled_won, where_});
+      verdicts_->record(problem, {compiled_won, where_, partition_runs_apart(*partition)});
       if (!compiled_won) {
         why_not = "the generated kernels were faster for this shape";
         partition.reset();
@@ -450,6 +505,7 @@ class SiteKernel {
     if (race_later) {
       prepared->race_pending.store(true, std::memory_order_release);
       prepared->problem = problem;
+      prepared->apart = std::move(apart);
     }
     if (partition) {
       at::Tensor expected = stack.back().toTensor();
@@ -494,6 +550,10 @@ class SiteKernel {
     std::string why_not;
     if (const std::optional<RaceVerdicts::Verdict> verdict = verdicts_->find(prepared.problem)) {
       prepared.compiled_won = verdict->compiled_won;
+      if (prepared.apart && verdict->apart_won) {
+        prepared.apart_serves.store(true, std::memory_order_release);
+        notes_.push_back(describe(input) + ": timed at " + verdict->where + " (the same problem): " + kRanApart);
+      }
       why_not = "timed at " + verdict->where + " (the same problem): the generated kernels were faster for this shape";
     } else {
       torch::jit::Stack arguments(stack.end() - static_cast<std::ptrdiff_t>(frame_.size), stack.end());
@@ -502,8 +562,15 @@ class SiteKernel {
       if (residual != nullptr) {
         arguments[frame_.residual] = residual_kept;
       }
-      prepared.compiled_won = compiled_is_faster(*prepared.partition, arguments, input,
-                                                 residual != nullptr ? &residual_kept : nullptr);
+      const at::Tensor* residual_arg = residual != nullptr ? &residual_kept : nullptr;
+      if (prepared.apart) { // one kernel or two, first
+        const bool apart_won = apart_is_faster(*prepared.apart, *prepared.partition, input, residual_arg);
+        if (apart_won && !prepared.apart_serves.load(std::memory_order_acquire)) {
+          notes_.push_back(describe(input) + ": " + kRanApart);
+        }
+        prepared.apart_serves.store(apart_won, std::memory_order_release);
+      }
+      prepared.compiled_won = compiled_is_faster(prepared.serving(), arguments, input, residual_arg);
       if (!prepared.compiled_won && !prepared.lost_a_race) {
         // A lost race is run once more, on a later call, before it stands: on a busy machine one moment's noise
         // can cover both of the compiled kernel's runs (the race stops after two rounds once a side looks 1.3x
@@ -514,7 +581,7 @@ class SiteKernel {
         prepare_ms_ += ms_since(start);
         return; // still pending
       }
-      verdicts_->record(prepared.problem, {prepared.compiled_won, where_});
+      verdicts_->record(prepared.problem, {prepared.compiled_won, where_, partition_runs_apart(prepared.serving())});
       why_not = "timed on the caller's thread: the generated kernels were faster for this shape";
     }
     if (!prepared.compiled_won) {
@@ -584,6 +651,25 @@ class SiteKernel {
     return won && !test_asks_generated_kernels_to_win();
   }
 
+  // Whether a pair's sites run faster as two kernels than as one, each timed on this call's own tensors: one
+  // kernel for both keeps the pointwise result in the cache, which won at every shape with ReLU or a clamp after
+  // the 1x1 conv; with SiLU or hardswish it was measured ahead at EfficientNet-B0's 112x112 block and behind at a
+  // 56x56 one. A near tie goes to the one kernel (what LibTorch's fuser makes of the pair).
+  static bool apart_is_faster(const OnednnPartition& apart, const OnednnPartition& together, const at::Tensor& input,
+      const at::Tensor* residual) {
+    apart.run(input, residual);
+    together.run(input, residual);
+    return compiled_wins_race([&] { apart.run(input, residual); }, [&] { together.run(input, residual); });
+  }
+
+  // Whether `partition` runs the pair as two kernels (compile_each) rather than one.
+  bool partition_runs_apart(const OnednnPartition& partition) const {
+    return pair_may_run_apart_ && partition.kernel_count() > 1;
+  }
+
+  static constexpr const char* kRanApart =
+      "the pair's sites run as two kernels, faster than one for this shape (both checked)";
+
   static std::string describe(const at::Tensor& t) {
     std::ostringstream out;
     out << "input " << t.sizes() << " strides " << t.strides() << " " << t.scalar_type();
@@ -594,6 +680,9 @@ class SiteKernel {
   SiteChain chain_view_; // into chain_
   Frame frame_;
   bool runs_at_add_;
+  // A pointwise conv with another activation than ReLU or a clamp and the depthwise conv it feeds: every shape
+  // times them as one kernel against two (apart_is_faster).
+  bool pair_may_run_apart_;
   ResultLayout layout_;
   bool prepare_on_first_call_;
   std::shared_ptr<RaceVerdicts> verdicts_;

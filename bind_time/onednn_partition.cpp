@@ -85,6 +85,8 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 struct OnednnPartition::Impl {
+  // compile_each's: one kernel per site, run in turn (the rest of Impl then unused).
+  std::vector<std::unique_ptr<OnednnPartition>> steps;
   std::shared_ptr<Graph> graph; // owns the fusion group node the operation refers to
   std::optional<torch::jit::Operation> operation;
   std::vector<int> input_order; // per fusion-group input: 0 = the chain's input, 1 = the tensor added
@@ -275,7 +277,33 @@ std::unique_ptr<OnednnPartition> OnednnPartition::compile_as_given(const SiteCha
   }
 }
 
+std::unique_ptr<OnednnPartition> OnednnPartition::compile_each(const SiteChain& chain, const at::Tensor& input,
+    const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not) {
+  auto impl = std::make_unique<Impl>();
+  at::Tensor step_input = input;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const bool last = i + 1 == chain.size();
+    at::Tensor step_result;
+    auto step = compile(SiteChain{chain[i]}, step_input, last ? residual : nullptr,
+        last ? output_format : c10::MemoryFormat::ChannelsLast, step_result, why_not);
+    if (!step) {
+      return nullptr;
+    }
+    impl->steps.push_back(std::move(step));
+    step_input = std::move(step_result);
+  }
+  first_result = std::move(step_input);
+  return std::unique_ptr<OnednnPartition>(new OnednnPartition(std::move(impl)));
+}
+
 at::Tensor OnednnPartition::run(const at::Tensor& input, const at::Tensor* residual) const {
+  if (!impl_->steps.empty()) {
+    at::Tensor value = impl_->steps.front()->run(input, impl_->steps.size() == 1 ? residual : nullptr);
+    for (size_t i = 1; i < impl_->steps.size(); ++i) {
+      value = impl_->steps[i]->run(value, i + 1 == impl_->steps.size() ? residual : nullptr);
+    }
+    return value;
+  }
   torch::jit::Stack stack;
   stack.reserve(impl_->input_order.size());
   const bool rows = !impl_->result_sizes.empty();
@@ -301,6 +329,12 @@ std::unique_ptr<OnednnPartition> OnednnPartition::compile(const SiteChain&, cons
   return nullptr;
 }
 
+std::unique_ptr<OnednnPartition> OnednnPartition::compile_each(const SiteChain&, const at::Tensor&,
+    const at::Tensor*, c10::MemoryFormat, at::Tensor&, std::string& why_not) {
+  why_not = "this build compiles no oneDNN Graph kernels (x86-64 only)";
+  return nullptr;
+}
+
 at::Tensor OnednnPartition::run(const at::Tensor&, const at::Tensor*) const {
   TORCH_CHECK(false, "this build compiles no oneDNN Graph kernels (x86-64 only)");
 }
@@ -308,6 +342,14 @@ at::Tensor OnednnPartition::run(const at::Tensor&, const at::Tensor*) const {
 #endif
 
 OnednnPartition::OnednnPartition(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+size_t OnednnPartition::kernel_count() const {
+#if LIGHTWEIGHT_DISPATCH_ONEDNN_GRAPH
+  return impl_->steps.empty() ? 1 : impl_->steps.size();
+#else
+  return 0;
+#endif
+}
 OnednnPartition::~OnednnPartition() = default;
 
 } // namespace lightweight_dispatch

@@ -32,8 +32,17 @@ class OnednnPartition {
   static std::unique_ptr<OnednnPartition> compile(const SiteChain& chain, const at::Tensor& input,
       const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
 
+  // The same contract as `compile`, but each site of `chain` compiled as a kernel of its own, run one after the
+  // other at the chain's call, each intermediate result channels_last (as between two sites' own kernels): what a
+  // pair of sites runs where one kernel for both is slower at this shape.
+  static std::unique_ptr<OnednnPartition> compile_each(const SiteChain& chain, const at::Tensor& input,
+      const at::Tensor* residual, c10::MemoryFormat output_format, at::Tensor& first_result, std::string& why_not);
+
   ~OnednnPartition();
   // A linear chain's input of more than 2 dimensions, contiguous, runs as its 2-d view of rows.
+
+  // How many oneDNN Graph kernels a run runs: 1, or compile_each's one per site.
+  size_t kernel_count() const;
 
   // Runs on tensors of exactly the sizes and strides it was compiled for (the caller checks).
   at::Tensor run(const at::Tensor& input, const at::Tensor* residual) const;

@@ -36,6 +36,14 @@ inline bool test_asks_generated_kernels_to_win() {
   return asked;
 }
 
+// LIGHTWEIGHT_DISPATCH_TEST_ONLY_PAIRS_APART=1: with LIGHTWEIGHT_DISPATCH_TEST_ONLY_NO_RACE, a pair of sites that the
+// stage times as one kernel against two (a 1x1 conv with SiLU or hardswish feeding a depthwise conv) runs as two,
+// untimed; without it, as one. Either way both are compiled and checked.
+inline bool test_asks_pairs_to_run_apart() {
+  static const bool asked = test_hook_set("LIGHTWEIGHT_DISPATCH_TEST_ONLY_PAIRS_APART");
+  return asked;
+}
+
 // LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS=1: every partition is compiled with its first site's weight doubled,
 // and a quantized call's weights are packed for the other engines with a bias of 3 b + 1 (quantized_engines.h),
 // kernels the checks must catch (tests/test_stage_correctness.py, tests/test_quantized_engine_choice.py); it

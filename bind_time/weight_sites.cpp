@@ -344,7 +344,7 @@ bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second
   }
   const bool pointwise = first.weight.dim() == 4 && first.weight.size(2) == 1 && first.weight.size(3) == 1 &&
                          first.groups == 1 && first.stride == ones && first.padding == zeros && first.dilation == ones &&
-                         first.only_clamping_post_ops();
+                         !first.adds();
   const int64_t channels = first.weight.size(0);
   const bool depthwise = second.weight.dim() == 4 && second.weight.size(1) == 1 && second.weight.size(2) == 3 &&
                          second.weight.size(3) == 3 && second.groups == channels && second.weight.size(0) == channels &&

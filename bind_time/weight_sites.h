@@ -97,7 +97,9 @@ struct WeightSite {
   bool runs_at_add() const;
   // The instruction the site's kernel is bound to: its call's, or its residual add's.
   size_t kernel_instruction() const;
-  // Whether every post-op is a ReLU or a clamp (what oneDNN fuses into a 1x1 conv feeding a depthwise one).
+  // Whether every post-op is a ReLU or a clamp: a 1x1 conv with only these, run in one kernel with the depthwise
+  // conv it feeds, was measured faster than the two kernels at every shape tried; with another activation (SiLU,
+  // hardswish) the pair wins at some shapes and loses at others, so it is timed against them per shape.
   bool only_clamping_post_ops() const;
 };
 
@@ -110,7 +112,8 @@ using SiteChain = std::vector<const WeightSite*>;
 
 // Whether `second` may join `first` in one kernel, given that `first`'s result is `second`'s input and nothing
 // else's: `first` a pointwise (1x1, stride 1, no padding, ungrouped) conv with no add fused, `second` a 3x3
-// depthwise conv of its channels (oneDNN fuses this pair: the pointwise result never leaves the cache).
+// depthwise conv of its channels (oneDNN fuses this pair: the pointwise result never leaves the cache; it is what
+// LibTorch's own fuser makes of such a pair, with any activation after the 1x1 conv, given a whole model).
 bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second);
 
 // Every conv2d and linear site in `code` whose weight, bias and parameters are constants, with the operation fused into

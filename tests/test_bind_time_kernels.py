@@ -6,6 +6,7 @@ model must give eager's outputs within 1e-5 and the unspecialised run's within 1
 the stage takes must really run the compiled kernel; sites it cannot take keep their generated kernel."""
 from __future__ import annotations
 
+import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -271,6 +272,93 @@ def test_a_pointwise_conv_runs_in_one_kernel_with_the_depthwise_conv_it_feeds(
         assert a.stride() == b.stride()
 
 
+class PointwiseActivationThenDepthwise(torch.nn.Module):
+    """An inverted residual block's first half with EfficientNet's or MobileNetV3's activation after each conv."""
+
+    def __init__(self, activation: str) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(8, 24, 1)
+        self.depthwise = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24)
+        self.activation = torch.nn.SiLU(inplace=True) if activation == "silu" else torch.nn.Hardswish(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.depthwise(self.activation(self.expand(x))))
+
+
+PAIRS_APART_HOOK = "LIGHTWEIGHT_DISPATCH_TEST_ONLY_PAIRS_APART"
+RAN_APART = "the pair's sites run as two kernels, faster than one for this shape (both checked)"
+
+
+def assert_outputs_close_in_the_same_layout(got: Path, expected: Path) -> None:
+    for a, b in zip(torch.load(got), torch.load(expected), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert a.stride() == b.stride()
+
+
+@pytest.mark.parametrize("activation", ["silu", "hardswish"])
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_pointwise_conv_with_silu_or_hardswish_runs_with_its_depthwise_conv_as_one_kernel_or_two(
+    activation: str, apart: bool, predictor: Path, tmp_path: Path
+) -> None:
+    # With an activation other than ReLU or a clamp the pair is timed per shape as one kernel against its two
+    # sites' own kernels (both compiled and checked); the hook picks the second untimed, as the race may.
+    model = save_frozen(PointwiseActivationThenDepthwise(activation), [torch.randn(1, 8, 28, 28)],
+                        tmp_path / "pair.ptl")
+    env = os.environ | {PAIRS_APART_HOOK: "1"} if apart else None
+    on = run_saving(predictor, model, tmp_path / "on.pt", "--iters", "5", env=env)
+    run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    assert on["outputs_match"] is True, on["mismatch"]
+    (site,) = on["specialized_sites"]
+    assert site["fused"] == ["aten::conv2d", f"aten::{activation}_", "aten::conv2d", f"aten::{activation}_"]
+    assert (site["generated_calls"], site["specialized_calls"]) == (1, later_runs(on))
+    assert site["notes"] == (["input [1, 8, 28, 28] strides [6272, 784, 28, 1] Float: " + RAN_APART] if apart else [])
+    assert_outputs_close_in_the_same_layout(tmp_path / "on.pt", tmp_path / "off.pt")
+
+
+def test_a_pair_timed_as_one_kernel_or_two_keeps_its_generated_kernels_when_both_are_wrong(
+    predictor: Path, tmp_path: Path
+) -> None:
+    model = save_frozen(PointwiseActivationThenDepthwise("silu"), [torch.randn(1, 8, 28, 28)], tmp_path / "pair.ptl")
+    env = os.environ | {"LIGHTWEIGHT_DISPATCH_TEST_ONLY_WRONG_WEIGHTS": "1"}
+    on = run_saving(predictor, model, tmp_path / "on.pt", env=env)
+    run_saving(predictor, model, tmp_path / "off.pt", "--no-specialize")
+    (site,) = on["specialized_sites"]
+    probe = "its result on a probe input (seeded random values at this shape) differed from the generated kernels' " \
+            "beyond 1e-5"
+    shape = "input [1, 8, 28, 28] strides [6272, 784, 28, 1] Float: "
+    assert site["notes"] == [shape + "the pair's sites as two kernels: " + probe, shape + probe]
+    assert site["specialized_calls"] == 0 and site["generated_calls"] == 1 + later_runs(on)
+    for a, b in zip(torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt"), strict=True):
+        assert a.equal(b)
+
+
+@pytest.mark.parametrize("generated_wins", [False, True])
+@pytest.mark.parametrize("prepare", ["background", "first-call"])
+def test_a_pair_timed_as_one_kernel_or_two_races_both(
+    generated_wins: bool, prepare: str, predictor: Path, tmp_path: Path
+) -> None:
+    # The races themselves, on the caller's thread after a background preparation run (both kernels kept until
+    # then) or on the first call: whichever wins, the answer is the generated kernels' within 1e-5 on new values.
+    torch.manual_seed(11)
+    module = PointwiseActivationThenDepthwise("silu").eval()
+    model = save_frozen(module, [torch.randn(1, 8, 56, 56)], tmp_path / "pair.ptl")
+    env = race_on_environment() | ({"LIGHTWEIGHT_DISPATCH_TEST_ONLY_GENERATED_WINS": "1"} if generated_wins else {})
+    fresh = torch.randn(1, 8, 56, 56)
+    torch.save([fresh], tmp_path / "fresh.pt")
+    with torch.no_grad():
+        torch.save([module(fresh)], tmp_path / "fresh.expected.pt")
+    args = ("--prepare", prepare, "--input", tmp_path / "fresh.pt", "--expected", tmp_path / "fresh.expected.pt")
+    on = run_saving(predictor, model, tmp_path / "on.pt", *args, env=env)
+    run_saving(predictor, model, tmp_path / "off.pt", *args, "--no-specialize")
+    assert on["outputs_match"] is True, on["mismatch"]
+    (site,) = on["specialized_sites"]
+    assert site["generated_calls"] + site["specialized_calls"] == 1 + later_runs(on), site
+    if generated_wins:
+        assert site["specialized_calls"] == 0 and site["notes"][-1].endswith(GENERATED_WON), site["notes"]
+    assert all(note.endswith((RAN_APART, GENERATED_WON)) for note in site["notes"]), site["notes"]
+    assert_outputs_close_in_the_same_layout(tmp_path / "on.pt", tmp_path / "off.pt")
+
+
 @pytest.mark.parametrize("expose", ["result", "sizes"])
 def test_a_pointwise_conv_whose_result_is_seen_elsewhere_runs_on_its_own(
     expose: str, predictor: Path, tmp_path: Path
@@ -406,10 +494,12 @@ def test_small_efficientnet_fuses_every_activation_that_follows_a_conv_or_linear
         report = run.json()
         assert report["outputs_match"] is True, report["mismatch"]
         fused = [tuple(site["fused"]) for site in report["specialized_sites"]]
-        assert fused.count(("aten::conv2d", "aten::silu_")) == 7, fused
+        # Six of its seven convs with an in-place SiLU are 1x1 -> depthwise pairs, as is its hardswish block.
+        assert fused.count(("aten::conv2d", "aten::silu_")) == 1, fused
+        assert fused.count(("aten::conv2d", "aten::silu_", "aten::conv2d", "aten::silu_")) == 3, fused
         assert fused.count(("aten::conv2d", "aten::silu")) == 4, fused
         assert fused.count(("aten::conv2d", "aten::sigmoid")) == 3, fused
-        assert {("aten::conv2d", "aten::hardswish"), ("aten::conv2d", "aten::hardswish_"),
+        assert {("aten::conv2d", "aten::hardswish_", "aten::conv2d", "aten::hardswish"),
                 ("aten::linear", "aten::gelu"), ("aten::linear", "aten::tanh")} <= set(fused), fused
         assert fused[-2:] == [("aten::linear",), ("aten::linear",)], "fc3's tanh-approximated GELU is not fused"
         # Frozen, the tail's ReLU follows its add at once; unfrozen, F.relu's result goes through a register.
