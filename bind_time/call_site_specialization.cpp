@@ -160,7 +160,9 @@ class SiteKernel {
   SiteKernel(std::vector<ChainLink> chain, ResultLayout layout, bool prepare_on_first_call, const std::string& note,
       std::shared_ptr<RaceVerdicts> verdicts, std::string where)
       : chain_(std::move(chain)), frame_(frame_of(chain_.back().site)), runs_at_add_(chain_.back().site.runs_at_add()),
-        pair_may_run_apart_(chain_.size() == 2 && !chain_.front().site.only_clamping_post_ops()), layout_(layout), prepare_on_first_call_(prepare_on_first_call), verdicts_(std::move(verdicts)),
+        pair_may_run_apart_(chain_.size() == 2 &&
+                            (!chain_.front().site.only_clamping_post_ops() || !is_depthwise(chain_.back().site))),
+        layout_(layout), prepare_on_first_call_(prepare_on_first_call), verdicts_(std::move(verdicts)),
         where_(std::move(where)) {
     if (!note.empty()) {
       notes_.push_back(note);
@@ -680,8 +682,8 @@ class SiteKernel {
   SiteChain chain_view_; // into chain_
   Frame frame_;
   bool runs_at_add_;
-  // A pointwise conv with another activation than ReLU or a clamp and the depthwise conv it feeds: every shape
-  // times them as one kernel against two (apart_is_faster).
+  // A pointwise conv and the grouped conv it feeds, unless that is a depthwise conv and the pointwise conv's
+  // activation ReLU or a clamp: every shape times them as one kernel against two (apart_is_faster).
   bool pair_may_run_apart_;
   ResultLayout layout_;
   bool prepare_on_first_call_;
@@ -824,8 +826,8 @@ SiteDataflow trace_until_residual_writes_proven(const torch::jit::mobile::Code& 
   }
 }
 
-// Why the 1x1 conv's input may change between its call and the depthwise conv's, or "" if nothing can change it:
-// run as one kernel, the pair reads that input at the depthwise conv's kernel instruction (its call, or its add).
+// Why the 1x1 conv's input may change between its call and the grouped conv's, or "" if nothing can change it:
+// run as one kernel, the pair reads that input at the grouped conv's kernel instruction (its call, or its add).
 // Only constants, moves and operators that write nothing may lie between (the sites' own fused post-ops write
 // their results, not that input).
 std::string why_pair_input_may_change(const torch::jit::mobile::Code& code, const WeightSite& first,
@@ -862,7 +864,7 @@ struct Chain {
 };
 
 // The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
-// depthwise conv joins it, unless the pair's input may change between the two calls; every other site is a chain
+// grouped 3x3 conv (a depthwise one, or RegNet's) joins it, unless the pair's input may change between the two calls; every other site is a chain
 // of its own.
 std::vector<Chain> chains_of(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
     const SiteDataflow& flow, const OperatorSchema& schema_of) {
@@ -873,14 +875,15 @@ std::vector<Chain> chains_of(const torch::jit::mobile::Code& code, const std::ve
       continue;
     }
     const int next = flow.sole_consumer[index];
-    if (next >= 0 && !taken[next] && pointwise_feeds_depthwise(sites[index], sites[next])) {
+    if (next >= 0 && !taken[next] && pointwise_feeds_grouped_3x3(sites[index], sites[next])) {
       const std::string why_not = why_pair_input_may_change(code, sites[index], sites[next], schema_of);
       if (why_not.empty()) {
         chains.push_back({{index, static_cast<size_t>(next)}, ""});
         taken[next] = true;
         continue;
       }
-      chains.push_back({{index}, "not run in one kernel with the depthwise conv at instruction " +
+      chains.push_back({{index}, std::string("not run in one kernel with the ") +
+                                     (is_depthwise(sites[next]) ? "depthwise" : "grouped") + " conv at instruction " +
                                      std::to_string(sites[next].conv_instruction) + ": " + why_not});
       continue;
     }

@@ -336,7 +336,7 @@ std::vector<int64_t> site_output_sizes(const WeightSite& site, c10::IntArrayRef 
   return sizes;
 }
 
-bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second) {
+bool pointwise_feeds_grouped_3x3(const WeightSite& first, const WeightSite& second) {
   const auto ones = std::vector<int64_t>{1, 1};
   const auto zeros = std::vector<int64_t>{0, 0};
   if (first.op != SiteOp::Conv2d || second.op != SiteOp::Conv2d) {
@@ -346,10 +346,15 @@ bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second
                          first.groups == 1 && first.stride == ones && first.padding == zeros && first.dilation == ones &&
                          !first.adds();
   const int64_t channels = first.weight.size(0);
-  const bool depthwise = second.weight.dim() == 4 && second.weight.size(1) == 1 && second.weight.size(2) == 3 &&
-                         second.weight.size(3) == 3 && second.groups == channels && second.weight.size(0) == channels &&
-                         second.dilation == ones && second.padding == ones;
-  return pointwise && depthwise;
+  const bool grouped_3x3 = second.weight.dim() == 4 && second.weight.size(2) == 3 && second.weight.size(3) == 3 &&
+                           second.groups > 1 && second.weight.size(1) * second.groups == channels &&
+                           second.dilation == ones && second.padding == ones;
+  return pointwise && grouped_3x3;
+}
+
+bool is_depthwise(const WeightSite& site) {
+  return site.op == SiteOp::Conv2d && site.weight.dim() == 4 && site.weight.size(1) == 1 && site.groups > 1 &&
+         site.weight.size(0) == site.groups;
 }
 
 bool is_layout_sensitive(const std::string& op_name) {

@@ -111,10 +111,15 @@ std::vector<int64_t> site_output_sizes(const WeightSite& site, c10::IntArrayRef 
 using SiteChain = std::vector<const WeightSite*>;
 
 // Whether `second` may join `first` in one kernel, given that `first`'s result is `second`'s input and nothing
-// else's: `first` a pointwise (1x1, stride 1, no padding, ungrouped) conv with no add fused, `second` a 3x3
-// depthwise conv of its channels (oneDNN fuses this pair: the pointwise result never leaves the cache; it is what
-// LibTorch's own fuser makes of such a pair, with any activation after the 1x1 conv, given a whole model).
-bool pointwise_feeds_depthwise(const WeightSite& first, const WeightSite& second);
+// else's: `first` a pointwise (1x1, stride 1, no padding, ungrouped) conv with no add fused, `second` a grouped 3x3
+// conv of its channels (padding 1, any stride): a depthwise one (oneDNN fuses this pair: the pointwise result never
+// leaves the cache) or one of several channels a group (RegNet's; oneDNN Graph takes the pair as one partition of
+// two primitives). These are the pairs LibTorch's own fuser makes, whatever the activation after the 1x1 conv,
+// given a whole model.
+bool pointwise_feeds_grouped_3x3(const WeightSite& first, const WeightSite& second);
+
+// Whether `site` is a depthwise conv: one input channel a group.
+bool is_depthwise(const WeightSite& site);
 
 // Every conv2d and linear site in `code` whose weight, bias and parameters are constants, with the operation fused into
 // it when the next instructions allow. Sites a jump lands inside are left out (their arguments are not a

@@ -84,8 +84,9 @@ options:
                      kernel compiled on their first call per input shape, with the activations that
                      follow (relu, hardtanh, silu, sigmoid, hardswish, tanh, gelu) and a residual add
                      fused in (x + conv(x), or out += x where nothing else sees the tensor written), and
-                     a 1x1 conv in one kernel with the depthwise conv it feeds (with SiLU or hardswish
-                     after the 1x1 conv, timed per shape against the two convs' own kernels), wherever that kernel
+                     a 1x1 conv in one kernel with the depthwise or grouped 3x3 conv it feeds (timed per
+                     shape against the two convs' own kernels, but for a depthwise conv after ReLU or a
+                     clamp), wherever that kernel
                      agrees with the generated ones and is timed 5% faster than them (sites computing the
                      same problem share one timing); the report lists them, and why a site kept its
                      generated kernels. Once the runs on some inputs settle, the model check runs the

@@ -273,13 +273,15 @@ def test_a_pointwise_conv_runs_in_one_kernel_with_the_depthwise_conv_it_feeds(
 
 
 class PointwiseActivationThenDepthwise(torch.nn.Module):
-    """An inverted residual block's first half with EfficientNet's or MobileNetV3's activation after each conv."""
+    """An inverted residual block's first half with EfficientNet's or MobileNetV3's activation after each conv; with
+    `groups` below 24, a RegNet block's first half (a 1x1 conv, then a grouped 3x3 conv of several channels a group)."""
 
-    def __init__(self, activation: str) -> None:
+    def __init__(self, activation: str, groups: int = 24) -> None:
         super().__init__()
         self.expand = torch.nn.Conv2d(8, 24, 1)
-        self.depthwise = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24)
-        self.activation = torch.nn.SiLU(inplace=True) if activation == "silu" else torch.nn.Hardswish(inplace=True)
+        self.depthwise = torch.nn.Conv2d(24, 24, 3, padding=1, groups=groups)
+        activations = {"silu": torch.nn.SiLU, "hardswish": torch.nn.Hardswish, "relu": torch.nn.ReLU}
+        self.activation = activations[activation](inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.activation(self.depthwise(self.activation(self.expand(x))))
@@ -295,14 +297,15 @@ def assert_outputs_close_in_the_same_layout(got: Path, expected: Path) -> None:
         assert a.stride() == b.stride()
 
 
-@pytest.mark.parametrize("activation", ["silu", "hardswish"])
+@pytest.mark.parametrize(("activation", "groups"), [("silu", 24), ("hardswish", 24), ("relu", 3)])
 @pytest.mark.parametrize("apart", [False, True])
-def test_a_pointwise_conv_with_silu_or_hardswish_runs_with_its_depthwise_conv_as_one_kernel_or_two(
-    activation: str, apart: bool, predictor: Path, tmp_path: Path
+def test_a_pointwise_conv_runs_with_the_grouped_conv_it_feeds_as_one_kernel_or_two(
+    activation: str, groups: int, apart: bool, predictor: Path, tmp_path: Path
 ) -> None:
-    # With an activation other than ReLU or a clamp the pair is timed per shape as one kernel against its two
-    # sites' own kernels (both compiled and checked); the hook picks the second untimed, as the race may.
-    model = save_frozen(PointwiseActivationThenDepthwise(activation), [torch.randn(1, 8, 28, 28)],
+    # A depthwise conv after a 1x1 conv with SiLU or hardswish, or a grouped conv of several channels a group
+    # (RegNet's), is timed per shape as one kernel with the 1x1 conv against the two sites' own kernels (both
+    # compiled and checked); the hook picks the second untimed, as the race may.
+    model = save_frozen(PointwiseActivationThenDepthwise(activation, groups), [torch.randn(1, 8, 28, 28)],
                         tmp_path / "pair.ptl")
     env = os.environ | {PAIRS_APART_HOOK: "1"} if apart else None
     on = run_saving(predictor, model, tmp_path / "on.pt", "--iters", "5", env=env)
