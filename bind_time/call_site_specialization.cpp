@@ -504,22 +504,30 @@ class SiteKernel {
         partition.reset();
       }
     }
-    if (race_later) {
-      prepared->race_pending.store(true, std::memory_order_release);
-      prepared->problem = problem;
-      prepared->apart = std::move(apart);
-    }
     if (partition) {
       at::Tensor expected = stack.back().toTensor();
       if (agrees_within_tolerance(got, expected)) { // (it consumes `expected`)
         stack.back() = std::move(got); // the layout later calls produce, so the next site prepares once
         prepared->partition = std::move(partition);
+      } else if (apart) { // the pair's two kernels agreed on these tensors (checked above): they serve
+        notes_.push_back(describe(input_kept) +
+                         ": the pair in one kernel: its result differed from the generated kernels' beyond 1e-5; it "
+                         "runs as two kernels");
+        stack.back() = std::move(got_apart);
+        prepared->partition = std::move(apart);
       } else {
         why_not = "its result differed from the generated kernels' beyond 1e-5";
         torch::jit::Stack again = fresh_copy(arguments);
         run_generated_kernels(again);
         stack.back() = std::move(again.back());
       }
+    }
+    // A race left for the caller's thread, once something is kept to race (a kernel refused by the last check
+    // leaves none: the shape runs the generated kernels).
+    if (race_later && prepared->partition) {
+      prepared->race_pending.store(true, std::memory_order_release);
+      prepared->problem = problem;
+      prepared->apart = std::move(apart);
     }
     if (!why_not.empty()) {
       notes_.push_back(describe(input_kept) + ": " + why_not);

@@ -778,6 +778,31 @@ def test_a_race_runs_on_a_thread_that_times_like_the_callers(
     assert again["outputs_match"] is True, again["mismatch"]
 
 
+@pytest.mark.parametrize("prepare", ["background", "first-call"])
+def test_a_kernel_refused_on_the_calls_own_tensors_leaves_no_race_behind(
+    prepare: str, predictor: Path, tmp_path: Path
+) -> None:
+    # A NaN in the input: the compiled kernel passes its probe (the stage's own values) but not the check on the
+    # call's tensors (a result must be finite to agree). A preparation run used to leave the race for the caller's
+    # next call anyway, with no kernel kept to race: that call crashed.
+    torch.manual_seed(7)
+    x = torch.randn(1, 16, 32, 32)
+    x[0, 3, 5, 5] = float("nan")
+    model = save_frozen(ConvThenRelu(), [x], tmp_path / "nan.ptl")
+    args = ("--iters", "3", "--warmup", "1", "--prepare", prepare, "--json", "--save-outputs")
+    on = run_predictor(predictor, model, *args, tmp_path / "on.pt", env=race_on_environment())
+    off = run_predictor(predictor, model, *args, tmp_path / "off.pt", "--no-specialize")
+    assert on.returncode == off.returncode, on.stderr + on.stdout
+    (site,) = on.json()["specialized_sites"]
+    differed = "input [1, 16, 32, 32] strides [16384, 1024, 32, 1] Float: its result differed from the generated " \
+               "kernels' beyond 1e-5"
+    # On a first call the race comes before that check, and may refuse the kernel first.
+    assert site["notes"] == [differed] or (prepare == "first-call" and site["notes"][0].endswith(GENERATED_WON))
+    assert site["specialized_calls"] == 0
+    for a, b in zip(torch.load(tmp_path / "on.pt"), torch.load(tmp_path / "off.pt"), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 class ManyLinears(torch.nn.Module):
     """Twelve 1024 -> 1024 linears: a preparation run that takes a while (each compiled, probed, weight reordered)."""
 
