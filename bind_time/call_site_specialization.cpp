@@ -872,8 +872,8 @@ struct Chain {
 };
 
 // The sites of `sites` as the kernels they run in, in bytecode order: a pointwise conv whose result only feeds a
-// grouped 3x3 conv (a depthwise one, or RegNet's) joins it, unless the pair's input may change between the two calls; every other site is a chain
-// of its own.
+// grouped 3x3 conv (a depthwise one, or RegNet's) joins it, unless the pair's input may change between the two
+// calls; every other site is a chain of its own.
 std::vector<Chain> chains_of(const torch::jit::mobile::Code& code, const std::vector<WeightSite>& sites,
     const SiteDataflow& flow, const OperatorSchema& schema_of) {
   std::vector<Chain> chains;
