@@ -1,6 +1,7 @@
 #include <bind_time/pooling_layout.h>
 
 #include <bind_time/preparation_run.h>
+#include <bind_time/race.h>
 #include <bind_time/result_check.h>
 #include <bind_time/test_hooks.h>
 
@@ -49,12 +50,6 @@ std::vector<size_t> calls_of(const torch::jit::mobile::Code& code, const std::st
 // map, as fast or slower.
 bool likely_faster_channels_last(const at::Tensor& input) {
   return input.size(1) >= 8 && input.size(2) * input.size(3) >= 32 * 32;
-}
-
-double ms_of(const std::function<void()>& run) {
-  const auto start = std::chrono::steady_clock::now();
-  run();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 } // namespace

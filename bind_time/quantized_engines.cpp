@@ -143,12 +143,6 @@ bool within_one_step(const at::Tensor& got, const at::Tensor& expected) {
   return steps.numel() == 0 || steps.max().item<int64_t>() <= 1;
 }
 
-double ms_of(const std::function<void()>& run) {
-  const auto start = std::chrono::steady_clock::now();
-  run();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 } // namespace
 
 std::string loaded_engine_name() {

@@ -6,15 +6,11 @@
 
 namespace lightweight_dispatch {
 
-namespace {
-
 double ms_of(const std::function<void()>& run) {
   const auto start = std::chrono::steady_clock::now();
   run();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
-
-} // namespace
 
 bool compiled_wins_race(const std::function<void()>& compiled, const std::function<void()>& generated,
     const std::function<void()>& before_generated) {

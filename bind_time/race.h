@@ -15,6 +15,9 @@ constexpr double kClearlyAhead = 1.3;
 // few percent of each other on a busy machine) cannot make the stage slower than no stage.
 constexpr double kWinningMargin = 1.05;
 
+// How long one call of `run` took, in milliseconds (steady clock): what every timed choice of the stage compares.
+double ms_of(const std::function<void()>& run);
+
 // Whether `compiled` beats `generated`, each run in turn (compiled first) and its best run kept; `before_generated`,
 // if given, runs untimed before each run of `generated` (a fresh copy of what it overwrites).
 bool compiled_wins_race(const std::function<void()>& compiled, const std::function<void()>& generated,
