@@ -724,7 +724,13 @@ def test_sites_computing_the_same_problem_share_one_race(prepare: str, predictor
                               f"problem): {GENERATED_WON}"), taken
         assert first["specialized_calls"] == second["specialized_calls"] == 0
     else:  # the compiled kernel won: the second site keeps its own (checked) compiled kernel, unraced
-        assert second["notes"] == [] and first["specialized_calls"] == second["specialized_calls"] == later
+        assert second["notes"] == []
+        # On the caller's thread (background preparation) a lost race runs once more on the next call before it
+        # stands, and the call that lost runs the generated kernels: a race lost once, then won, leaves one call
+        # fewer on the compiled kernel (seen in a CI run with the cross build beside it). A first-call race is final.
+        retried = 1 if prepare == "background" else 0
+        for site in (first, second):
+            assert later - retried <= site["specialized_calls"] <= later, site
     # Another problem races for itself.
     assert all("timed at" not in note for note in other["notes"]), other
     assert other["specialized_calls"] in (0, later)
